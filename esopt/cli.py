@@ -1,0 +1,220 @@
+"""`esopt` command line: train, eval, replay, envs. Thin: it parses, then calls esopt.train."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from esopt.confutil import ConfigError, leaf_fields, set_path
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, cls: type, prefix: str, skip: tuple[str, ...] = ()) -> None:
+    for path, hint, help_text, default in leaf_fields(cls):
+        if path in skip:
+            continue
+        parser.add_argument(
+            f"--{prefix}{path}",
+            dest=f"cfg:{prefix}{path}",
+            default=argparse.SUPPRESS,
+            metavar="V",
+            help=f"{help_text} (default: {default})",
+        )
+
+
+def _env_name_from_argv(argv: list[str], default: str) -> str:
+    for i, arg in enumerate(argv):
+        if arg == "--env" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--env="):
+            return arg.split("=", 1)[1]
+    return default
+
+
+def _add_env_flags(parser: argparse.ArgumentParser, env_name: str) -> None:
+    from esopt.envs import env_class
+
+    parser.add_argument("--env", dest="env_name", default=argparse.SUPPRESS, metavar="NAME", help="environment name (`esopt envs` lists them)")
+    try:
+        cls = env_class(env_name)
+    except ConfigError:
+        return  # reported when the config is validated
+    for path, _, help_text, default in leaf_fields(cls.Config):
+        parser.add_argument(
+            f"--env.{path}", dest=f"env:{path}", default=argparse.SUPPRESS, metavar="V", help=f"[{env_name}] {help_text} (default: {default})"
+        )
+
+
+def _apply_overrides(config, args: argparse.Namespace, prefix: str = "") -> None:
+    for key, value in vars(args).items():
+        if key.startswith("cfg:"):
+            set_path(config, key[4:][len(prefix):], value)
+
+
+def _env_overrides(args: argparse.Namespace) -> dict:
+    return {key[4:]: value for key, value in vars(args).items() if key.startswith("env:")}
+
+
+# ---- train ---------------------------------------------------------------------------------------
+def _train_parser(argv: list[str]) -> argparse.ArgumentParser:
+    from esopt.train.config import TrainConfig, load_config
+
+    parser = argparse.ArgumentParser(prog="esopt train", description="Fine-tune a model with evolution strategies.")
+    parser.add_argument("--config", help="YAML config (configs/*.yaml); flags override it")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (its saved config is used)")
+    config_file = None
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            config_file = argv[i + 1]
+        elif arg.startswith("--config="):
+            config_file = arg.split("=", 1)[1]
+    default_env = TrainConfig().env.name
+    if config_file and Path(config_file).is_file():
+        try:
+            default_env = load_config(config_file).env.name
+        except ConfigError:
+            pass  # reported below
+    _add_env_flags(parser, _env_name_from_argv(argv, default_env))
+    _add_config_flags(parser, TrainConfig, "", skip=("env.name", "env.options"))
+    return parser
+
+
+def cmd_train(argv: list[str]) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from esopt.train.config import load_config
+    from esopt.train.es_trainer import ESTrainer
+
+    args = _train_parser(argv).parse_args(argv)
+    console = Console()
+    if args.resume:
+        trainer = ESTrainer.resume(args.resume, console=console)
+    else:
+        config = load_config(args.config)
+        if hasattr(args, "env_name") and args.env_name != config.env.name:
+            config.env.name = args.env_name
+            config.env.options = {}
+        config.env.options.update(_env_overrides(args))
+        _apply_overrides(config, args)
+        config.validate()
+        console.rule("resolved config")
+        console.print(config.to_yaml(), highlight=False)
+        trainer = ESTrainer.start(config, console=console)
+    summary = trainer.run()
+    table = Table(title=f"esopt: {trainer.config.env.name} / {trainer.config.method}")
+    table.add_column("held-out metric")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    for key in summary.get("before", {}):
+        table.add_row(key, f"{summary['before'][key]:.3f}", f"{summary['after'][key]:.3f}")
+    console.print(table)
+    if "seconds_per_step" in summary:
+        split = summary["time_split"]
+        total = sum(split.values()) or 1.0
+        parts = ", ".join(f"{k[:-2]} {v / total:.0%}" for k, v in split.items())
+        console.print(f"{summary['seconds_per_step']:.1f} s/step ({parts}); peak RSS {summary['peak_rss_mb']:.0f} MB")
+    console.print(f"run directory: {summary['run_dir']}  report: {summary['report']}")
+    return 0
+
+
+# ---- eval ----------------------------------------------------------------------------------------
+def cmd_eval(argv: list[str]) -> int:
+    from rich.console import Console
+
+    from esopt.envs import make_env
+    from esopt.policy.hf import HFPolicy, ModelConfig
+    from esopt.rollout import RolloutConfig
+    from esopt.train.evaluate import evaluate
+
+    parser = argparse.ArgumentParser(prog="esopt eval", description="Evaluate a model or checkpoint on an env.")
+    parser.add_argument("--tasks", type=int, default=32, help="number of tasks (default: 32)")
+    parser.add_argument("--split", default="eval", choices=("train", "eval"), help="task split (default: eval)")
+    parser.add_argument("--seed", type=int, default=0, help="task and decoding seed (default: 0)")
+    parser.add_argument("--samples", type=int, default=1, help="k episodes per task for Mean@k / Pass@k (use temperature > 0)")
+    parser.add_argument("--out", help="write trajectories (JSONL) here")
+    _add_env_flags(parser, _env_name_from_argv(argv, "sudoku"))
+    _add_config_flags(parser, ModelConfig, "model.")
+    _add_config_flags(parser, RolloutConfig, "rollout.")
+    args = parser.parse_args(argv)
+    model, rollout_config = ModelConfig(), RolloutConfig()
+    for key, value in vars(args).items():
+        if key.startswith("cfg:model."):
+            set_path(model, key[len("cfg:model."):], value)
+        elif key.startswith("cfg:rollout."):
+            set_path(rollout_config, key[len("cfg:rollout."):], value)
+    if args.tasks < 1 or args.samples < 1:
+        raise ConfigError("--tasks and --samples must be >= 1")
+    env = make_env(getattr(args, "env_name", "sudoku"), _env_overrides(args))
+    policy = HFPolicy.load(model)
+    report = evaluate(policy, env, env.tasks(args.split, args.tasks, args.seed), rollout_config, args.samples, args.seed, args.out)
+    console = Console()
+    for key, value in report.items():
+        console.print(f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}")
+    return 0
+
+
+# ---- replay --------------------------------------------------------------------------------------
+def cmd_replay(argv: list[str]) -> int:
+    from esopt.es import read_history
+    from esopt.policy.hf import HFPolicy
+    from esopt.train.config import load_config
+
+    parser = argparse.ArgumentParser(prog="esopt replay", description="Rebuild a run's weights from the base model and its history.jsonl.")
+    parser.add_argument("run_dir", help="the run directory")
+    parser.add_argument("--out", required=True, help="directory to save the rebuilt model in")
+    parser.add_argument("--steps", type=int, help="replay only the first k updates (default: all)")
+    args = parser.parse_args(argv)
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "history.jsonl").exists():
+        raise ConfigError(f"{run_dir} has no history.jsonl")
+    config = load_config(run_dir / "config.yaml")
+    history = read_history(run_dir / "history.jsonl")[: args.steps]
+    policy = HFPolicy.load(config.model)
+    for update in history:
+        policy.apply(update)
+    policy.save(args.out)
+    print(f"replayed {len(history)} updates; fingerprint {policy.fingerprint()}; saved to {args.out}")
+    return 0
+
+
+# ---- envs ----------------------------------------------------------------------------------------
+def cmd_envs(argv: list[str]) -> int:
+    from esopt.envs import env_class, env_names
+
+    argparse.ArgumentParser(prog="esopt envs", description="List environments and their options.").parse_args(argv)
+    for name in env_names():
+        try:
+            cls = env_class(name)
+        except Exception as e:  # an env whose optional dependency is missing
+            print(f"{name}: unavailable ({e})")
+            continue
+        print(f"{name}:")
+        for path, _, help_text, default in leaf_fields(cls.Config):
+            print(f"  --env.{path} (default {default!r}): {help_text}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "replay": cmd_replay, "envs": cmd_envs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: esopt {train,eval,replay,envs} [options]   (esopt COMMAND --help for options)")
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"esopt: error: unknown command {argv[0]!r}", file=sys.stderr)
+            return 2
+        return 0
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except ConfigError as e:
+        print(f"esopt: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("esopt: interrupted (a run resumes with: esopt train --resume RUN_DIR)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

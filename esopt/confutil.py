@@ -1,0 +1,133 @@
+"""Config dataclass helpers shared by every layer: help text on fields, dict/YAML round trips, typed values."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+import typing
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the CLI prints its message as a one-line error."""
+
+
+def opt(default: Any, help: str, **kwargs: Any) -> Any:
+    """A dataclass field with help text (shown by the CLI). Mutable defaults are copied per instance."""
+    if isinstance(default, (list, dict, set)) or dataclasses.is_dataclass(default):
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help, **kwargs})
+    return dataclasses.field(default=default, metadata={"help": help, **kwargs})
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    """(inner type, allows None) for `X | None` / Optional[X]."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(hint)) == 2:
+            return args[0], True
+    return hint, False
+
+
+def coerce(value: Any, hint: Any, where: str) -> Any:
+    """Convert a YAML or command-line value to the field's type, or raise ConfigError naming the field."""
+    inner, nullable = _unwrap_optional(hint)
+    if value is None or (nullable and isinstance(value, str) and value.lower() in ("none", "null")):
+        if nullable:
+            return None
+        raise ConfigError(f"{where} must not be empty")
+    try:
+        if inner is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if inner is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if inner is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if inner is str:
+            return str(value)
+        if typing.get_origin(inner) is list or inner is list:
+            if isinstance(value, str):
+                return [v for v in value.split(",") if v]
+            return list(value)
+        if typing.get_origin(inner) is dict or inner is dict:
+            if not isinstance(value, dict):
+                raise ValueError
+            return dict(value)
+    except (TypeError, ValueError):
+        name = getattr(inner, "__name__", str(inner))
+        raise ConfigError(f"{where} expects {name}, got {value!r}") from None
+    return value
+
+
+def from_dict(cls: type, data: dict | None, where: str = "") -> Any:
+    """Build dataclass `cls` from a (possibly nested) dict, rejecting unknown keys by name."""
+    data = dict(data or {})
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    prefix = f"{where}." if where else ""
+    if unknown:
+        raise ConfigError(
+            f"unknown config key(s) {', '.join(prefix + k for k in unknown)}; valid keys: {', '.join(sorted(names))}"
+        )
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value, hint = data[f.name], hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{prefix}{f.name} must be a mapping of options, got {value!r}")
+            value = from_dict(hint, value, prefix + f.name)
+        else:
+            value = coerce(value, hint, prefix + f.name)
+        kwargs[f.name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"{where or cls.__name__}: {e}") from None
+
+
+def leaf_fields(cls: type, prefix: str = ""):
+    """Yield (dotted path, type hint, help, default) for every non-dataclass field, depth first."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        path = prefix + f.name
+        if dataclasses.is_dataclass(hint):
+            yield from leaf_fields(hint, path + ".")
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            yield path, hint, f.metadata.get("help", ""), default
+
+
+def set_path(cfg: Any, path: str, value: Any) -> None:
+    """Set a dotted attribute path on nested dataclasses, coercing to the field's type."""
+    *parents, leaf = path.split(".")
+    target = cfg
+    for name in parents:
+        target = getattr(target, name)
+    hint = typing.get_type_hints(type(target))[leaf]
+    setattr(target, leaf, coerce(value, hint, path))
+
+
+def field_help(cls: type, name: str) -> str:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.metadata.get("help", "")
+    raise KeyError(name)

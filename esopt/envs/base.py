@@ -1,0 +1,97 @@
+"""The environment protocol every task family implements.
+
+An env is configured once (a dataclass `Config`), yields tasks for a split and
+seed, and starts episodes. An episode takes one action string per turn and
+returns the next observation, a reward and whether it is over. Envs never see
+a policy: the rollout loop sits between the two.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+SPLITS = ("train", "eval")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task instance: a stable id plus JSON-serialisable data the env needs to run it."""
+
+    id: str
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class StepResult:
+    observation: str
+    """Text the agent sees next (feedback on its action plus the new state)."""
+    reward: float
+    """Reward for this turn; an episode's return is the sum over its turns."""
+    done: bool
+    info: dict = field(default_factory=dict)
+    """Diagnostics. Conventional keys: `invalid` (bool, the action was malformed or illegal),
+    `success` (bool, set on the final turn)."""
+
+
+class Episode(abc.ABC):
+    """A running episode. It ends itself (done=True) at the env's max_turns."""
+
+    @property
+    @abc.abstractmethod
+    def observation(self) -> str:
+        """The first observation (the task as the agent first sees it)."""
+
+    @abc.abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply one action string. Malformed input must give feedback and a penalty, never raise."""
+
+    @property
+    def action_regex(self) -> str | None:
+        """This turn's grammar for guided decoding, when it depends on the state (e.g. only legal
+        moves); None = the env's static `action_regex`."""
+        return None
+
+
+class Env(abc.ABC):
+    """Base class of every environment. Subclasses set `name`, `Config`, and implement the methods."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def __init__(self, config: Any = None):
+        self.config = config if config is not None else self.Config()
+
+    @property
+    @abc.abstractmethod
+    def system_prompt(self) -> str:
+        """Instructions placed in the system message of every episode."""
+
+    @property
+    def action_regex(self) -> str | None:
+        """A regex every well-formed action matches in full, used for guided decoding; None = free text."""
+        return None
+
+    @property
+    @abc.abstractmethod
+    def max_turns(self) -> int:
+        """Turns after which an episode ends (the episode enforces it)."""
+
+    @abc.abstractmethod
+    def tasks(self, split: str, n: int, seed: int) -> list[Task]:
+        """`n` tasks of `split` ("train" or "eval"), the same for the same (split, n, seed).
+        Train and eval tasks never overlap."""
+
+    @abc.abstractmethod
+    def start(self, task: Task) -> Episode:
+        """Begin an episode on `task`."""
+
+    def describe(self) -> dict:
+        return {"name": self.name, **dataclasses.asdict(self.config)}
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")

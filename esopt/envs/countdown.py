@@ -1,0 +1,384 @@
+"""Countdown: combine the given numbers with + - * / and parentheses to hit a target.
+
+Tasks come from reasoning-gym's ``countdown`` generator (offline, seeded): its numbers, target
+and one reference solution. The prompt is the env's own (short, plain text).
+
+Reward (the ES-at-Scale paper's scheme, Qiu et al. 2025, after TinyZero): `format_reward` (0.1)
+for a well-formed answer, plus `correct_reward` (1.0) when it also evaluates exactly to the
+target; a correct answer therefore scores 1.1, a well-formed wrong one 0.1, anything else 0.
+
+- Well formed: the answer parses as an arithmetic expression of whole-number literals, binary
+  + - * /, and parentheses (no unary minus, no other operators or names), and every literal is
+  one of the given numbers, each used at most as often as it is given.
+- Correct: well formed, evaluates (exact rational arithmetic; division by zero fails) to the
+  target, and, when `use_all_numbers` is set, uses every given number exactly once.
+
+Number rule. By default each number may be used *at most once* (this brief's rule; the original
+Countdown game's rule). reasoning-gym's own scorer, the ES-at-Scale code and TinyZero instead
+require every number exactly once (multiset equality), and reasoning-gym scores 1.0 / 0.05 (wrong
+numbers or value) / 0.01 (unparsable), evaluating with sympy's `parse_expr`. Set
+`use_all_numbers: true` for the exactly-once rule; the prompt states whichever rule is active.
+reasoning-gym's generator builds its target from all numbers, so a solution exists under both.
+
+Protocol: reply ``answer: <expression>`` (also accepted: \\boxed{...}, <answer>...</answer>,
+"The answer is ...", or a reply that is just the expression; a trailing "= <target>" is
+dropped). With `multi_turn`, the agent may first call ``calculator: <expression>`` (up to
+`max_tool_calls` times) within `max_turns`; single-turn episodes last exactly one turn.
+
+Task data: ``{"numbers": [int], "target": int, "solution": str}``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+
+from esopt.confutil import ConfigError, opt
+from esopt.envs import register_env
+from esopt.envs.base import Env, Episode, StepResult, Task, check_split
+from esopt.envs.tools import (
+    ANSWER,
+    INVALID,
+    TOOL,
+    Action,
+    CalcError,
+    calculate,
+    evaluate_expression,
+    hash_split,
+    parse_action,
+    short_hash,
+    stable_int,
+    truncate,
+)
+
+_DATASET_SIZE = 200_000
+_OPS = ("+", "-", "*", "/")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclass
+class CountdownConfig:
+    min_numbers: int = opt(3, "Fewest numbers given per puzzle (>= 2).")
+    max_numbers: int = opt(4, "Most numbers given per puzzle.")
+    min_value: int = opt(1, "Smallest given number (>= 1).")
+    max_value: int = opt(100, "Largest given number.")
+    min_target: int = opt(10, "Smallest target (>= 1).")
+    max_target: int = opt(100, "Largest target.")
+    use_all_numbers: bool = opt(
+        False,
+        "false: each number at most once (default); true: every number exactly once "
+        "(reasoning-gym's and the ES-at-Scale paper's rule).",
+    )
+    multi_turn: bool = opt(False, "If true, the agent may use the calculator before answering.")
+    max_turns: int = opt(4, "Turns per episode when multi_turn (single-turn episodes have 1).")
+    max_tool_calls: int = opt(3, "Calculator calls allowed per episode when multi_turn.")
+    format_reward: float = opt(0.1, "Reward for a well-formed answer (allowed numbers, + - * / only).")
+    correct_reward: float = opt(1.0, "Added when the answer also evaluates to the target.")
+
+    def __post_init__(self) -> None:
+        for name in ("min_numbers", "max_numbers", "min_value", "max_value", "min_target", "max_target",
+                     "max_turns", "max_tool_calls"):
+            if not _is_int(getattr(self, name)):
+                raise ConfigError(f"countdown.{name} must be an integer, got {getattr(self, name)!r}")
+        if not 2 <= self.min_numbers <= self.max_numbers <= 12:
+            raise ConfigError(
+                f"countdown.min_numbers/max_numbers must satisfy 2 <= min <= max <= 12, "
+                f"got {self.min_numbers}/{self.max_numbers}"
+            )
+        if not 1 <= self.min_value <= self.max_value:
+            raise ConfigError(
+                f"countdown.min_value/max_value must satisfy 1 <= min <= max, got {self.min_value}/{self.max_value}"
+            )
+        if not 1 <= self.min_target <= self.max_target:
+            raise ConfigError(
+                f"countdown.min_target/max_target must satisfy 1 <= min <= max, "
+                f"got {self.min_target}/{self.max_target}"
+            )
+        for name in ("use_all_numbers", "multi_turn"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"countdown.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.max_turns < 1:
+            raise ConfigError(f"countdown.max_turns must be >= 1, got {self.max_turns}")
+        if self.max_tool_calls < 0:
+            raise ConfigError(f"countdown.max_tool_calls must be >= 0, got {self.max_tool_calls}")
+        for name in ("format_reward", "correct_reward"):
+            if not _is_num(getattr(self, name)):
+                raise ConfigError(f"countdown.{name} must be a number, got {getattr(self, name)!r}")
+
+
+@dataclass
+class Score:
+    reward: float
+    well_formed: bool
+    correct: bool
+    value: Fraction | None
+    error: str | None
+
+
+def score_expression(
+    expression: str,
+    numbers: list[int],
+    target: int,
+    use_all_numbers: bool = False,
+    format_reward: float = 0.1,
+    correct_reward: float = 1.0,
+) -> Score:
+    """Score one countdown answer (see the module docstring). Never raises."""
+    if not isinstance(expression, str) or len(expression) > 1000:
+        return Score(0.0, False, False, None, "not an expression (or too long)")
+    expr = _strip_equals(expression, target)
+    try:
+        ev = evaluate_expression(expr, ops=_OPS, functions=False, unary=False, ints_only=True)
+        value, error = ev.value, None
+        literals = ev.literals
+    except CalcError as e:
+        value, error = None, str(e)
+        if str(e) != "division by zero":
+            return Score(0.0, False, False, None, error)
+        try:  # still well formed when only the value fails: collect its literals
+            literals = _literals_only(expr)
+        except CalcError as e2:
+            return Score(0.0, False, False, None, str(e2))
+    used = Counter(int(x) for x in literals)
+    given = Counter(int(x) for x in numbers)
+    extra = used - given
+    if extra:
+        bad = ", ".join(str(k) for k in sorted(extra))
+        return Score(0.0, False, False, value, f"uses numbers not given (or too often): {bad}")
+    correct = value is not None and value == Fraction(int(target))
+    if correct and use_all_numbers and used != given:
+        correct = False
+        error = "does not use every number exactly once"
+    elif value is not None and not correct:
+        error = f"evaluates to {_fmt(value)}, not {target}"
+    reward = float(format_reward) + (float(correct_reward) if correct else 0.0)
+    return Score(reward, True, correct, value, error)
+
+
+def _literals_only(expr: str) -> list[Fraction]:
+    """Literals of an expression that parses under the countdown grammar but fails to evaluate."""
+    import ast
+
+    from esopt.envs.tools import normalize_expression
+
+    try:
+        tree = ast.parse(normalize_expression(expr), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise CalcError("could not parse the expression") from None
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            out.append(Fraction(node.value))
+    return out
+
+
+def _strip_equals(expression: str, target: int) -> str:
+    """Drop a trailing "= <number>" (a model restating the target) and a leading "<target> =" ."""
+    s = expression.strip()
+    m = re.match(r"^(.*?)\s*=\s*-?\d+(?:\.\d+)?\s*$", s, re.DOTALL)
+    if m and m.group(1).strip():
+        s = m.group(1)
+    m = re.match(r"^\s*-?\d+\s*=\s*(.+)$", s, re.DOTALL)
+    if m:
+        s = m.group(1)
+    return s.strip()
+
+
+def _bare_expression(reply) -> str | None:
+    """A reply with no answer marker counts as an answer when it (or its last non-empty line) is
+    just an arithmetic expression over whole numbers."""
+    if not isinstance(reply, str):
+        return None
+    lines = [x.strip().strip("`").strip() for x in reply.strip().split("\n") if x.strip()]
+    for cand in ([lines[-1]] if lines else []):
+        if len(cand) <= 200 and re.fullmatch(r"[\d\s+\-*/×÷()=.]+", cand) and re.search(r"\d", cand):
+            return cand
+    return None
+
+
+def _fmt(v: Fraction) -> str:
+    return str(v.numerator) if v.denominator == 1 else f"{v.numerator}/{v.denominator}"
+
+
+@register_env
+class CountdownEnv(Env):
+    """Reach the target with + - * / over the given numbers; optional calculator turns."""
+
+    name = "countdown"
+    Config = CountdownConfig
+
+    def __init__(self, config: CountdownConfig | None = None):
+        super().__init__(config)
+        self.config: CountdownConfig
+        self._streams: dict[int, object] = {}
+
+    @property
+    def max_turns(self) -> int:
+        return self.config.max_turns if self.config.multi_turn else 1
+
+    @property
+    def rule(self) -> str:
+        return "Use every number exactly once." if self.config.use_all_numbers else "Use each number at most once."
+
+    @property
+    def system_prompt(self) -> str:
+        c = self.config
+        lines = [
+            "Make the target number from the given numbers with + - * / and parentheses. " + self.rule,
+        ]
+        if c.multi_turn and c.max_tool_calls > 0:
+            lines += [
+                "Each reply must be ONE of these:",
+                "calculator: <expression>   (example: calculator: (25-5)*4)",
+                "answer: <expression>   (example: answer: (25-5)*4)",
+                f"You have {c.max_turns} turns; reply with answer: before they run out.",
+            ]
+        else:
+            lines += ["Reply with one line: answer: <expression>", "Example: answer: (25-5)*4"]
+        return "\n".join(lines)
+
+    def _stream(self, seed: int):
+        if seed not in self._streams:
+            import reasoning_gym
+
+            c = self.config
+            if len(self._streams) > 64:
+                self._streams.clear()
+            try:
+                self._streams[seed] = reasoning_gym.create_dataset(
+                    "countdown", seed=seed, size=_DATASET_SIZE,
+                    min_numbers=c.min_numbers, max_numbers=c.max_numbers, min_value=c.min_value,
+                    max_value=c.max_value, min_target=c.min_target, max_target=c.max_target,
+                )
+            except (AssertionError, TypeError, ValueError) as e:
+                raise ConfigError(f"countdown: invalid generator settings ({e})") from None
+        return self._streams[seed]
+
+    def tasks(self, split: str, n: int, seed: int) -> list[Task]:
+        check_split(split)
+        if not _is_int(n) or n < 0:
+            raise ValueError(f"n must be a non-negative integer, got {n!r}")
+        stream = self._stream(stable_int(f"esopt-countdown|{split}|{seed}") % 2**31)
+        out: list[Task] = []
+        seen: set[str] = set()
+        failures = 0
+        idx = 0
+        while len(out) < n:
+            if idx >= _DATASET_SIZE or failures > 200 * n + 1000:
+                raise RuntimeError(
+                    f"countdown: could not draw {n} distinct {split} puzzles; widen the number/target ranges"
+                )
+            try:
+                entry = stream[idx]
+            except ValueError:  # the generator found no expression in range for this index
+                idx += 1
+                failures += 1
+                continue
+            idx += 1
+            meta = entry["metadata"]
+            numbers = [int(x) for x in meta["numbers"]]
+            target = int(meta["target"])
+            key = f"{sorted(numbers)}->{target}"
+            if key in seen or hash_split("countdown", key) != split:
+                failures += 1
+                continue
+            seen.add(key)
+            out.append(
+                Task(
+                    id=f"countdown-{short_hash(key)}",
+                    data={"numbers": numbers, "target": target, "solution": str(meta["expression"])},
+                )
+            )
+        return out
+
+    def start(self, task: Task) -> "CountdownEpisode":
+        return CountdownEpisode(self, task)
+
+
+class CountdownEpisode(Episode):
+    def __init__(self, env: CountdownEnv, task: Task):
+        self.env = env
+        self.config: CountdownConfig = env.config
+        self.numbers = [int(x) for x in task.data["numbers"]]
+        self.target = int(task.data["target"])
+        self.turn = 0
+        self.tool_calls = 0
+        self.done = False
+        nums = ", ".join(map(str, self.numbers))
+        c = self.config
+        how = "Reply with answer: <expression>"
+        if c.multi_turn and c.max_tool_calls > 0:
+            how += " (or calculator: <expression> to check a step)"
+        self._observation = f"Numbers: {nums}\nTarget: {self.target}\n{env.rule}\n{how}."
+
+    @property
+    def observation(self) -> str:
+        return self._observation
+
+    @property
+    def tools(self) -> list[str]:
+        c = self.config
+        return ["calculator"] if c.multi_turn and c.max_tool_calls > 0 else []
+
+    def step(self, action: str) -> StepResult:
+        if self.done:
+            return StepResult(self._observation, 0.0, True, {"invalid": True, "error": "the episode is already over"})
+        c = self.config
+        self.turn += 1
+        info: dict = {"invalid": False, "turn": self.turn}
+        act = parse_action(action, self.tools)
+        if act.kind == INVALID:
+            bare = _bare_expression(action)
+            if bare is not None:
+                act = Action(ANSWER, arg=bare, explicit=False)
+        if act.kind == ANSWER and act.arg.strip():
+            s = score_expression(act.arg, self.numbers, self.target, c.use_all_numbers,
+                                 c.format_reward, c.correct_reward)
+            self.done = True
+            info.update(
+                success=s.correct, answer=act.arg, well_formed=s.well_formed, tool_calls=self.tool_calls,
+                invalid=not s.well_formed,
+            )
+            if s.error:
+                info["error"] = s.error
+            if s.correct:
+                fb = "Correct!"
+            elif s.well_formed:
+                fb = f"Wrong: the expression {s.error}."
+            else:
+                fb = f"Invalid answer: {s.error}."
+            self._observation = f"{fb} The episode is over."
+            return StepResult(self._observation, s.reward, True, info)
+        if act.kind == TOOL:
+            if self.tool_calls >= c.max_tool_calls:
+                info["invalid"] = True
+                info["error"] = "no tool calls left"
+                feedback = "No calculator calls left. Reply with answer: <expression>."
+            else:
+                self.tool_calls += 1
+                result = calculate(act.arg) if act.arg.strip() else "error: no expression"
+                info["tool"] = "calculator"
+                info["tool_ok"] = not result.startswith("error:")
+                feedback = f"calculator: {truncate(result, 300)}"
+        else:
+            info["invalid"] = True
+            info["error"] = "empty answer" if act.kind == ANSWER else (act.error or "unreadable reply")
+            feedback = f"Invalid reply ({info['error']}). Reply with answer: <expression>."
+        if self.turn >= self.env.max_turns:
+            self.done = True
+            info.update(success=False, answer=None, well_formed=False, tool_calls=self.tool_calls)
+            self._observation = f"{feedback}\nNo answer given. The episode is over."
+            return StepResult(self._observation, 0.0, True, info)
+        left = self.env.max_turns - self.turn
+        note = "Last turn: reply with answer: <expression>." if left == 1 else f"Turns left: {left}."
+        self._observation = f"{feedback}\n{note}"
+        return StepResult(self._observation, 0.0, False, info)

@@ -1,0 +1,551 @@
+"""Sudoku: fill the empty cells of a uniquely solvable 4x4 or 9x9 puzzle, one cell per turn.
+
+The minimum successful horizon H* is the number of empty cells (`empty_cells`): a perfect agent
+needs exactly H* turns. Only the end of an episode is rewarded: 1.0 when the final board is the
+(unique) solution, else 0.0 (or, with `partial_credit`, the fraction of originally empty cells that
+hold the right digit). Wrong digits are accepted silently (conflicts are not revealed); a malformed
+or illegal action is reported, scores nothing and uses up the turn.
+
+Task data: ``{"puzzle": str, "solution": str}``, row-major strings of ``size*size`` characters;
+``"1".."9"`` are digits and ``"."`` marks an empty cell (``solve`` also accepts ``"0"``).
+
+Accepted actions (case and whitespace tolerant; the first action found in the reply counts):
+``set <row> <col> <value>`` (1-based), ``r<row>c<col>=<value>``, and JSON
+``{"row": r, "col": c, "value": v}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+from dataclasses import dataclass
+
+from esopt.confutil import ConfigError, opt
+from esopt.envs import register_env
+from esopt.envs.base import Env, Episode, StepResult, Task, check_split
+
+EMPTY = "."
+# Largest supported number of empty cells. A 4x4 puzzle needs >= 4 clues and a 9x9 one >= 17 to be
+# uniquely solvable; the caps below stay inside what the greedy remover reaches reliably.
+MAX_EMPTY = {4: 12, 9: 55}
+EVAL_FRACTION = 5  # one puzzle in EVAL_FRACTION goes to the eval split (by a hash of the puzzle)
+_MAX_ATTEMPTS = 20_000  # per task, across split rejections, duplicates and failed removals
+_DUP_ATTEMPTS = 64  # per task: retries to avoid a duplicate before accepting one
+
+
+# ----------------------------------------------------------------------------------------------
+# Grid geometry and solver
+# ----------------------------------------------------------------------------------------------
+
+
+class _Geometry:
+    """Row/column/box index of every cell of an n x n grid (n a perfect square)."""
+
+    _cache: dict[int, "_Geometry"] = {}
+
+    def __init__(self, n: int):
+        b = math.isqrt(n)
+        if b * b != n or n < 1:
+            raise ValueError(f"sudoku size must be a perfect square, got {n}")
+        self.n, self.b, self.cells = n, b, n * n
+        self.row = [i // n for i in range(n * n)]
+        self.col = [i % n for i in range(n * n)]
+        self.box = [(r // b) * b + (c // b) for r, c in zip(self.row, self.col)]
+        self.full = (1 << n) - 1
+
+    @classmethod
+    def of(cls, n: int) -> "_Geometry":
+        if n not in cls._cache:
+            cls._cache[n] = _Geometry(n)
+        return cls._cache[n]
+
+
+def _search(
+    grid: list[int],
+    n: int,
+    limit: int,
+    rng: random.Random | None = None,
+    forbid: tuple[int, int] | None = None,
+) -> list[list[int]]:
+    """Up to `limit` completions of `grid` (0 = empty). `forbid=(cell, digit)` excludes that
+    digit from that cell. `rng` shuffles the digit order (for random full grids)."""
+    g = _Geometry.of(n)
+    grid = list(grid)
+    rows, cols, boxes = [0] * n, [0] * n, [0] * n
+    for i, d in enumerate(grid):
+        if d:
+            bit = 1 << (d - 1)
+            r, c, x = g.row[i], g.col[i], g.box[i]
+            if (rows[r] | cols[c] | boxes[x]) & bit:
+                return []  # the givens already conflict
+            rows[r] |= bit
+            cols[c] |= bit
+            boxes[x] |= bit
+    empties = [i for i, d in enumerate(grid) if d == 0]
+    fcell, fbit = (forbid[0], 1 << (forbid[1] - 1)) if forbid else (-1, 0)
+    if fcell >= 0 and grid[fcell]:
+        return [] if grid[fcell] == forbid[1] else _search(grid, n, limit, rng)
+    R, C, B, full = g.row, g.col, g.box, g.full
+    out: list[list[int]] = []
+
+    def rec() -> bool:
+        best, best_mask, best_count = -1, 0, n + 1
+        for i in empties:
+            if grid[i]:
+                continue
+            m = full & ~(rows[R[i]] | cols[C[i]] | boxes[B[i]])
+            if i == fcell:
+                m &= ~fbit
+            k = m.bit_count()
+            if k < best_count:
+                best, best_mask, best_count = i, m, k
+                if k <= 1:
+                    break
+        if best < 0:
+            out.append(list(grid))
+            return len(out) >= limit
+        if best_count == 0:
+            return False
+        digits = [d + 1 for d in range(n) if best_mask >> d & 1]
+        if rng is not None:
+            rng.shuffle(digits)
+        r, c, x = R[best], C[best], B[best]
+        for d in digits:
+            bit = 1 << (d - 1)
+            grid[best] = d
+            rows[r] |= bit
+            cols[c] |= bit
+            boxes[x] |= bit
+            stop = rec()
+            rows[r] &= ~bit
+            cols[c] &= ~bit
+            boxes[x] &= ~bit
+            grid[best] = 0
+            if stop:
+                return True
+        return False
+
+    rec()
+    return out
+
+
+def _parse_grid(puzzle: str, size: int | None = None) -> tuple[list[int], int]:
+    s = "".join(puzzle.split())
+    if size is None:
+        size = math.isqrt(len(s))
+    if size not in (4, 9) or len(s) != size * size:
+        raise ValueError(f"expected a 16- or 81-character puzzle string, got {len(s)} characters")
+    grid = []
+    for ch in s:
+        if ch in ".0":
+            grid.append(0)
+        elif ch.isdigit() and 1 <= int(ch) <= size:
+            grid.append(int(ch))
+        else:
+            raise ValueError(f"bad character {ch!r} in a {size}x{size} puzzle")
+    return grid, size
+
+
+def _to_str(grid: list[int]) -> str:
+    return "".join(str(d) if d else EMPTY for d in grid)
+
+
+def solve(puzzle: str, size: int | None = None, limit: int = 2) -> list[str]:
+    """Up to `limit` solutions of `puzzle` (row-major; "." or "0" = empty; size inferred from the
+    length when None). An inconsistent puzzle has none. `len(solve(p)) == 1` means unique."""
+    grid, size = _parse_grid(puzzle, size)
+    return [_to_str(s) for s in _search(grid, size, max(1, int(limit)))]
+
+
+def is_valid_solution(grid: str, size: int | None = None) -> bool:
+    """True iff `grid` is a full board whose rows, columns and boxes each hold every digit once."""
+    try:
+        cells, size = _parse_grid(grid, size)
+    except ValueError:
+        return False
+    if 0 in cells:
+        return False
+    g = _Geometry.of(size)
+    for key in (g.row, g.col, g.box):
+        seen = [0] * size
+        for i, d in enumerate(cells):
+            seen[key[i]] |= 1 << (d - 1)
+        if any(m != g.full for m in seen):
+            return False
+    return True
+
+
+def random_grid(size: int, rng: random.Random) -> str:
+    """A random full valid grid (randomised backtracking)."""
+    return _to_str(_search([0] * (size * size), size, 1, rng=rng)[0])
+
+
+def generate_puzzle(size: int, empty_cells: int, rng: random.Random) -> tuple[str, str] | None:
+    """(puzzle, solution) with exactly `empty_cells` empty cells and a unique solution, or None if
+    this random grid/removal order got stuck before reaching that many (the caller retries).
+
+    Cells are removed in random order; a removal is kept only if no completion other than the
+    solution exists, i.e. no solution has a different digit in the removed cell."""
+    solution = _search([0] * (size * size), size, 1, rng=rng)[0]
+    grid = list(solution)
+    order = list(range(size * size))
+    rng.shuffle(order)
+    removed = 0
+    for cell in order:
+        if removed == empty_cells:
+            break
+        digit = grid[cell]
+        grid[cell] = 0
+        if removed and _search(grid, size, 1, forbid=(cell, digit)):
+            grid[cell] = digit  # another solution would appear: keep this clue
+        else:
+            removed += 1
+    if removed < empty_cells:
+        return None
+    return _to_str(grid), _to_str(solution)
+
+
+def _hash_int(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def puzzle_split(puzzle: str) -> str:
+    """The split a puzzle belongs to, from a stable hash of its string."""
+    return "eval" if _hash_int("esopt-sudoku-split|" + puzzle) % EVAL_FRACTION == 0 else "train"
+
+
+# ----------------------------------------------------------------------------------------------
+# Action parsing
+# ----------------------------------------------------------------------------------------------
+
+_NUM = r"(-?\d+)"
+# Applied to text whose whitespace runs are collapsed to one space, so every gap is bounded and the
+# patterns cannot backtrack badly on huge inputs.
+_SET_RE = re.compile(
+    r"\bset ?\(? ?(?:row ?)?" + _NUM + r" ?[, ] ?(?:col(?:umn)? ?)?" + _NUM
+    + r" ?(?:[, ]|=|:|->|to) ?(?:(?:val(?:ue)?|to|=) ?)?" + _NUM,
+    re.IGNORECASE,
+)
+_RC_RE = re.compile(r"\br ?" + _NUM + r" ?c ?" + _NUM + r" ?(?:=|:) ?" + _NUM, re.IGNORECASE)
+_JSON_RE = re.compile(r"\{[^{}]*\}")
+_WS_RE = re.compile(r"\s+")
+_KEYS = {"row": ("row", "r"), "col": ("col", "column", "c"), "value": ("value", "val", "digit", "v")}
+_BIG = 10**9
+
+
+def _to_int(s: str) -> int:
+    s = s.strip()
+    digits = s.lstrip("-")
+    if not digits.isdigit():
+        raise ValueError(s)
+    if len(digits) > 9:  # avoids int() limits on huge digit strings; out of range anyway
+        return -_BIG if s.startswith("-") else _BIG
+    return int(s)
+
+
+def _json_int(v) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return max(-_BIG, min(_BIG, v))
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        return max(-_BIG, min(_BIG, int(v)))
+    if isinstance(v, str):
+        try:
+            return _to_int(v)
+        except ValueError:
+            return None
+    return None
+
+
+def _json_action(obj) -> tuple[int, int, int] | None:
+    if not isinstance(obj, dict):
+        return None
+    lowered = {str(k).strip().lower(): v for k, v in obj.items()}
+    vals = []
+    for names in _KEYS.values():
+        key = next((k for k in names if k in lowered), None)
+        if key is None:
+            return None
+        v = _json_int(lowered[key])
+        if v is None:
+            return None
+        vals.append(v)
+    return vals[0], vals[1], vals[2]
+
+
+def parse_action(text: str) -> tuple[int, int, int] | None:
+    """(row, col, value) as written (1-based, not range-checked) from the first action in `text`,
+    or None when no action is found. Never raises."""
+    if not isinstance(text, str):
+        return None
+    try:
+        flat = _WS_RE.sub(" ", text)
+        found: list[tuple[int, tuple[int, int, int]]] = []
+        for rx in (_SET_RE, _RC_RE):
+            m = rx.search(flat)
+            if m:
+                found.append((m.start(), (_to_int(m[1]), _to_int(m[2]), _to_int(m[3]))))
+        for m in _JSON_RE.finditer(flat):
+            if found and m.start() > min(p for p, _ in found):
+                break
+            try:
+                act = _json_action(json.loads(m.group()))
+            except (ValueError, RecursionError):
+                act = None
+            if act is not None:
+                found.append((m.start(), act))
+                break
+        if not found:
+            return None
+        return min(found, key=lambda f: f[0])[1]
+    except Exception:  # defensive: the env must never raise on an action string
+        return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Env
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SudokuConfig:
+    size: int = opt(4, "Board size: 4 (2x2 boxes) or 9 (3x3 boxes).")
+    empty_cells: int = opt(
+        2,
+        "H*, the minimum successful horizon: exactly this many empty cells per puzzle "
+        f"(1..{MAX_EMPTY[4]} for size 4, 1..{MAX_EMPTY[9]} for size 9).",
+    )
+    max_turns: int | None = opt(None, "Turns per episode (>= empty_cells); None = 3 * empty_cells.")
+    grammar: str = opt(
+        "format",
+        "Guided-decoding grammar: 'format' (any `set <row> <col> <value>` in range) or 'legal' "
+        "(row and column restricted to the currently empty cells: action masking).",
+    )
+    partial_credit: bool = opt(
+        False,
+        "If true, an unsolved episode scores the fraction of originally empty cells holding the "
+        "solution's digit instead of 0 (a solved board still scores 1).",
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.size, bool) or self.size not in (4, 9):
+            raise ConfigError(f"sudoku.size must be 4 or 9, got {self.size!r}")
+        hi = MAX_EMPTY[self.size]
+        if isinstance(self.empty_cells, bool) or not isinstance(self.empty_cells, int) or not (
+            1 <= self.empty_cells <= hi
+        ):
+            raise ConfigError(
+                f"sudoku.empty_cells must be an integer in 1..{hi} for size {self.size}, "
+                f"got {self.empty_cells!r}"
+            )
+        if self.max_turns is not None and (
+            isinstance(self.max_turns, bool)
+            or not isinstance(self.max_turns, int)
+            or self.max_turns < self.empty_cells
+        ):
+            raise ConfigError(
+                f"sudoku.max_turns must be None or an integer >= empty_cells ({self.empty_cells}), "
+                f"got {self.max_turns!r}"
+            )
+        if self.grammar not in ("format", "legal"):
+            raise ConfigError(f"sudoku.grammar must be 'format' or 'legal', got {self.grammar!r}")
+        if not isinstance(self.partial_credit, bool):
+            raise ConfigError(f"sudoku.partial_credit must be true or false, got {self.partial_credit!r}")
+
+
+@register_env
+class SudokuEnv(Env):
+    """Fill a uniquely solvable Sudoku one cell per turn; reward only at the end."""
+
+    name = "sudoku"
+    Config = SudokuConfig
+
+    def __init__(self, config: SudokuConfig | None = None):
+        super().__init__(config)
+        self.config: SudokuConfig
+
+    @property
+    def size(self) -> int:
+        return self.config.size
+
+    @property
+    def max_turns(self) -> int:
+        c = self.config
+        return c.max_turns if c.max_turns is not None else 3 * c.empty_cells
+
+    @property
+    def action_regex(self) -> str:
+        d = f"[1-{self.size}]"
+        return f"set {d} {d} {d}"
+
+    @property
+    def system_prompt(self) -> str:
+        n, b = self.size, math.isqrt(self.size)
+        return (
+            f"You are solving a {n}x{n} Sudoku. Fill every empty cell (.) with a digit 1-{n} so that "
+            f"each row, each column and each {b}x{b} box contains every digit 1-{n} exactly once.\n"
+            f"Rows are numbered 1-{n} from top to bottom, columns 1-{n} from left to right.\n"
+            "Each turn, fill ONE empty cell. Reply with only the action, in exactly this format:\n"
+            "set <row> <col> <value>\n"
+            f"Example: set 2 3 {min(4, n)} puts {min(4, n)} in row 2, column 3.\n"
+            "You cannot change the given digits or a cell you already filled."
+        )
+
+    # -- tasks ---------------------------------------------------------------------------------
+
+    def _rng(self, split: str, seed: int, index: int, attempt: int) -> random.Random:
+        c = self.config
+        key = f"esopt-sudoku|{c.size}|{c.empty_cells}|{split}|{seed}|{index}|{attempt}"
+        return random.Random(_hash_int(key))
+
+    def _task(self, puzzle: str, solution: str) -> Task:
+        c = self.config
+        digest = hashlib.sha256(puzzle.encode()).hexdigest()[:8]
+        return Task(
+            id=f"sudoku{c.size}-h{c.empty_cells}-{digest}",
+            data={"puzzle": puzzle, "solution": solution},
+        )
+
+    def tasks(self, split: str, n: int, seed: int) -> list[Task]:
+        check_split(split)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"n must be a non-negative integer, got {n!r}")
+        c = self.config
+        out: list[Task] = []
+        seen: set[str] = set()
+        for index in range(n):
+            dups = 0
+            for attempt in range(_MAX_ATTEMPTS):
+                made = generate_puzzle(c.size, c.empty_cells, self._rng(split, seed, index, attempt))
+                if made is None or puzzle_split(made[0]) != split:
+                    continue
+                if made[0] in seen and dups < _DUP_ATTEMPTS:
+                    dups += 1
+                    continue
+                seen.add(made[0])
+                out.append(self._task(*made))
+                break
+            else:
+                raise RuntimeError(
+                    f"could not generate a {c.size}x{c.empty_cells}-empty {split} puzzle "
+                    f"in {_MAX_ATTEMPTS} attempts"
+                )
+        return out
+
+    # -- episodes ------------------------------------------------------------------------------
+
+    def start(self, task: Task) -> "SudokuEpisode":
+        return SudokuEpisode(self, task)
+
+
+class SudokuEpisode(Episode):
+    def __init__(self, env: SudokuEnv, task: Task):
+        self.env = env
+        self.task = task
+        puzzle, self.size = _parse_grid(task.data["puzzle"], env.size)
+        self.solution, _ = _parse_grid(task.data["solution"], self.size)
+        self.board = list(puzzle)
+        self.given = [d != 0 for d in puzzle]
+        self.targets = [i for i, d in enumerate(puzzle) if d == 0]
+        self.turn = 0
+        self.done = False
+        self._observation = self._render("New puzzle.")
+
+    @property
+    def observation(self) -> str:
+        return self._observation
+
+    @property
+    def action_regex(self) -> str | None:
+        if self.env.config.grammar != "legal":
+            return None
+        n = self.size
+        cells = "|".join(f"{i // n + 1} {i % n + 1}" for i in self._empty()) or f"[1-{n}] [1-{n}]"
+        return f"set ({cells}) [1-{n}]"
+
+    @property
+    def turns_left(self) -> int:
+        return max(0, self.env.max_turns - self.turn)
+
+    def _empty(self) -> list[int]:
+        return [i for i in self.targets if self.board[i] == 0]
+
+    def _render(self, feedback: str) -> str:
+        n, b = self.size, math.isqrt(self.size)
+        head = "  |" + "|".join(
+            " " + " ".join(str(c + 1) for c in range(s, s + b)) + " " for s in range(0, n, b)
+        )
+        rule = "--+" + "+".join("-" * (2 * b + 1) for _ in range(n // b))
+        lines = [head.rstrip(), rule]
+        for r in range(n):
+            if r and r % b == 0:
+                lines.append(rule)
+            cells = [str(d) if d else EMPTY for d in self.board[r * n : (r + 1) * n]]
+            lines.append(
+                f"{r + 1} |" + "|".join(" " + " ".join(cells[s : s + b]) + " " for s in range(0, n, b)).rstrip()
+            )
+        empty = self._empty()
+        if empty:
+            lines.append("Empty (row,col): " + " ".join(f"({i // n + 1},{i % n + 1})" for i in empty))
+        lines.append(feedback)
+        if not self.done:
+            lines.append(f"Turns left: {self.turns_left}. Reply: set <row> <col> <value>")
+        return "\n".join(lines)
+
+    def _apply(self, action: str) -> str:
+        """Fill a cell from `action`. Returns feedback; it starts with "Invalid:" when the action
+        was malformed or illegal (and the board is unchanged)."""
+        n = self.size
+        parsed = parse_action(action)
+        if parsed is None:
+            return f"Invalid: no action found. Reply exactly: set <row> <col> <value> (numbers 1-{n})."
+        r, c, v = parsed
+        for label, x in (("row", r), ("column", c), ("value", v)):
+            if not 1 <= x <= n:
+                shown = x if abs(x) < _BIG else "too large"
+                return f"Invalid: {label} {shown} is out of range 1-{n}."
+        i = (r - 1) * n + (c - 1)
+        if self.given[i]:
+            return f"Invalid: cell ({r},{c}) is a given digit and cannot be changed."
+        if self.board[i]:
+            return f"Invalid: cell ({r},{c}) is already filled."
+        self.board[i] = v
+        return f"OK: put {v} at ({r},{c})."
+
+    def step(self, action: str) -> StepResult:
+        if self.done:
+            return StepResult(
+                self._observation, 0.0, True, {"invalid": True, "error": "the episode is already over"}
+            )
+        try:
+            feedback = self._apply(action)
+        except Exception as e:  # defensive: never raise on an action string
+            feedback = f"Invalid: could not read the action ({type(e).__name__})."
+        self.turn += 1
+        invalid = feedback.startswith("Invalid:")
+        info: dict = {"invalid": invalid, "turn": self.turn}
+        if invalid:
+            info["error"] = feedback
+        full = not self._empty()
+        reward = 0.0
+        if full or self.turn >= self.env.max_turns:
+            self.done = True
+            correct = sum(self.board[i] == self.solution[i] for i in self.targets)
+            success = full and is_valid_solution(_to_str(self.board), self.size)
+            if success:
+                reward = 1.0
+            elif self.env.config.partial_credit:
+                reward = correct / len(self.targets) if self.targets else 0.0
+            info.update(success=success, filled_correct=correct, empty_cells=len(self.targets))
+            if success:
+                feedback += " The board is solved!"
+            elif full:
+                feedback += " The board is full but not a valid solution. Episode over."
+            else:
+                feedback += " Out of turns. Episode over."
+        self._observation = self._render(feedback)
+        return StepResult(self._observation, reward, self.done, info)

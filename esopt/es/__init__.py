@@ -1,0 +1,38 @@
+"""Pure-torch math of Agentic ESOpt: noise, fitness shaping, schedules, strategies and update history."""
+
+from esopt.es.history import HistoryWriter, read_history, replay
+from esopt.es.noise import CHUNK_NUMEL, derive_seed, member_seeds, tensor_noise
+from esopt.es.schedule import SCHEDULE_KINDS, Schedule
+from esopt.es.shaping import SHAPING_METHODS, shape_fitness
+from esopt.es.strategy import (
+    STRATEGIES,
+    ESConfig,
+    Member,
+    Strategy,
+    Update,
+    apply_update,
+    perturb_tensor,
+    update_direction,
+)
+
+__all__ = [
+    "CHUNK_NUMEL",
+    "SCHEDULE_KINDS",
+    "SHAPING_METHODS",
+    "STRATEGIES",
+    "ESConfig",
+    "HistoryWriter",
+    "Member",
+    "Schedule",
+    "Strategy",
+    "Update",
+    "apply_update",
+    "derive_seed",
+    "member_seeds",
+    "perturb_tensor",
+    "read_history",
+    "replay",
+    "shape_fitness",
+    "tensor_noise",
+    "update_direction",
+]

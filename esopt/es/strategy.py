@@ -1,0 +1,265 @@
+"""ES strategies: member sampling (ask), fitness shaping into an update (tell), and applying updates."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from esopt.confutil import ConfigError, opt
+from esopt.es.noise import member_seeds, tensor_noise
+from esopt.es.schedule import Schedule
+from esopt.es.shaping import SHAPING_METHODS, shape_fitness
+
+__all__ = [
+    "STRATEGIES",
+    "ESConfig",
+    "Member",
+    "Update",
+    "Strategy",
+    "perturb_tensor",
+    "update_direction",
+    "apply_update",
+]
+
+STRATEGIES = ("agentic-esopt", "vanilla-es")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_real(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclass
+class ESConfig:
+    """Evolution-strategy hyperparameters (population, noise scale, step size and their schedules)."""
+
+    strategy: str = opt(
+        "agentic-esopt",
+        help="'agentic-esopt' (sigma cosine-decays from sigma to sigma_final) or 'vanilla-es' (constant sigma)",
+    )
+    population: int = opt(8, help="G: members evaluated per step (must be even when antithetic)")
+    sigma: float = opt(1e-3, help="sigma_0: perturbation scale at the first step")
+    sigma_final: float = opt(2.5e-4, help="sigma_T: perturbation scale at the last step (agentic-esopt only)")
+    alpha: float = opt(5e-4, help="step size alpha (1/sigma folded in): theta += alpha/G * sum_i z_i eps_i")
+    alpha_final: float | None = opt(
+        None, help="if set, alpha cosine-decays from alpha to alpha_final; if null, alpha is constant"
+    )
+    warmup_steps: int = opt(0, help="steps of linear warmup applied to both the sigma and alpha schedules")
+    antithetic: bool = opt(False, help="evaluate each seed at +sigma*eps and -sigma*eps (population G/2 seeds)")
+    shaping: str = opt("zscore", help="fitness shaping: 'zscore' (population z-score) or 'rank' (centered ranks)")
+
+    def validate(self) -> None:
+        """Raise ConfigError (a ValueError) naming the first bad field."""
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"es.strategy: unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+        if not _is_int(self.population) or self.population < 1:
+            raise ConfigError(f"es.population must be an integer >= 1, got {self.population!r}")
+        if not isinstance(self.antithetic, bool):
+            raise ConfigError(f"es.antithetic must be true or false, got {self.antithetic!r}")
+        if self.antithetic and self.population % 2:
+            raise ConfigError(f"es.population must be even with es.antithetic=true, got {self.population}")
+        if not _is_real(self.sigma) or self.sigma <= 0:
+            raise ConfigError(f"es.sigma must be a finite number > 0, got {self.sigma!r}")
+        if self.strategy == "agentic-esopt" and (not _is_real(self.sigma_final) or self.sigma_final <= 0):
+            raise ConfigError(f"es.sigma_final must be a finite number > 0, got {self.sigma_final!r}")
+        if not _is_real(self.alpha) or self.alpha < 0:
+            raise ConfigError(f"es.alpha must be a finite number >= 0, got {self.alpha!r}")
+        if self.alpha_final is not None and (not _is_real(self.alpha_final) or self.alpha_final < 0):
+            raise ConfigError(f"es.alpha_final must be null or a finite number >= 0, got {self.alpha_final!r}")
+        if not _is_int(self.warmup_steps) or self.warmup_steps < 0:
+            raise ConfigError(f"es.warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+        if self.shaping not in SHAPING_METHODS:
+            raise ConfigError(f"es.shaping: unknown method {self.shaping!r}; expected one of {', '.join(SHAPING_METHODS)}")
+
+
+@dataclass(frozen=True)
+class Member:
+    """Population member `index` of a step, evaluated at theta + sign * sigma * eps(seed)."""
+
+    index: int
+    seed: int
+    sigma: float
+    sign: int = 1
+
+
+@dataclass
+class Update:
+    """One committed ES step: theta += alpha/len(seeds) * sum_i coefficients[i] * eps(seeds[i])."""
+
+    step: int
+    seeds: list[int]
+    coefficients: list[float]
+    alpha: float
+    sigma: float
+    fitness: list[float]
+    stats: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.seeds) != len(self.coefficients):
+            raise ValueError(
+                f"Update has {len(self.seeds)} seeds but {len(self.coefficients)} coefficients"
+            )
+
+    def to_json(self) -> dict:
+        """Return a JSON-serialisable dict; finite floats round-trip exactly through json."""
+        return {
+            "step": int(self.step),
+            "seeds": [int(s) for s in self.seeds],
+            "coefficients": [float(c) for c in self.coefficients],
+            "alpha": float(self.alpha),
+            "sigma": float(self.sigma),
+            "fitness": [float(f) for f in self.fitness],
+            "stats": dict(self.stats),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Update":
+        """Rebuild an Update from `to_json()` output; raises ValueError on missing or bad fields."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"an Update must be a JSON object, got {type(d).__name__}")
+        missing = [k for k in ("step", "seeds", "coefficients", "alpha", "sigma") if k not in d]
+        if missing:
+            raise ValueError(f"Update record is missing field(s): {', '.join(missing)}")
+        try:
+            return cls(
+                step=int(d["step"]),
+                seeds=[int(s) for s in d["seeds"]],
+                coefficients=[float(c) for c in d["coefficients"]],
+                alpha=float(d["alpha"]),
+                sigma=float(d["sigma"]),
+                fitness=[float(f) for f in d.get("fitness", [])],
+                stats=dict(d.get("stats") or {}),
+            )
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"malformed Update record: {e}") from e
+
+
+class Strategy:
+    """Samples members and turns their fitness into Updates for one run."""
+
+    def __init__(self, config: ESConfig, total_steps: int, run_seed: int):
+        config.validate()
+        if not _is_int(total_steps) or total_steps < 1:
+            raise ConfigError(f"total_steps must be an integer >= 1, got {total_steps!r}")
+        self.config = config
+        self.total_steps = total_steps
+        self.run_seed = int(run_seed)
+        if config.strategy == "agentic-esopt":
+            self.sigma_schedule = Schedule("cosine", config.sigma, config.sigma_final, config.warmup_steps, total_steps)
+        else:
+            self.sigma_schedule = Schedule("constant", config.sigma, None, config.warmup_steps, total_steps)
+        if config.alpha_final is None:
+            self.alpha_schedule = Schedule("constant", config.alpha, None, config.warmup_steps, total_steps)
+        else:
+            self.alpha_schedule = Schedule("cosine", config.alpha, config.alpha_final, config.warmup_steps, total_steps)
+
+    def sigma(self, step: int) -> float:
+        """Return the perturbation scale at `step`."""
+        return self.sigma_schedule.value(step)
+
+    def alpha(self, step: int) -> float:
+        """Return the step size at `step`."""
+        return self.alpha_schedule.value(step)
+
+    def ask(self, step: int) -> list[Member]:
+        """Return the G members to evaluate at `step` (antithetic: each seed as sign +1 then -1)."""
+        g = self.config.population
+        sigma = self.sigma(step)
+        if self.config.antithetic:
+            seeds = member_seeds(self.run_seed, step, g // 2)
+            return [
+                Member(index=2 * j + k, seed=s, sigma=sigma, sign=1 if k == 0 else -1)
+                for j, s in enumerate(seeds)
+                for k in (0, 1)
+            ]
+        return [Member(index=i, seed=s, sigma=sigma) for i, s in enumerate(member_seeds(self.run_seed, step, g))]
+
+    def tell(self, step: int, members: Sequence[Member], fitness: Sequence[float]) -> Update:
+        """Shape the members' fitness and return the step's Update (not yet applied)."""
+        members = list(members)
+        raw = [float(f) for f in fitness]
+        if len(members) != len(raw):
+            raise ValueError(f"tell got {len(members)} members but {len(raw)} fitness values")
+        if not members:
+            raise ValueError("tell needs at least one member")
+        z = shape_fitness(raw, self.config.shaping)
+        n = len(raw)
+        mean = math.fsum(raw) / n
+        std = math.sqrt(math.fsum((f - mean) ** 2 for f in raw) / n)
+        return Update(
+            step=int(step),
+            seeds=[m.seed for m in members],
+            coefficients=[zi * m.sign for zi, m in zip(z, members)],
+            alpha=self.alpha(step),
+            sigma=self.sigma(step),
+            fitness=raw,
+            stats={"mean": mean, "std": std, "min": min(raw), "max": max(raw)},
+        )
+
+
+def perturb_tensor(name: str, base: torch.Tensor, member: Member, out: torch.Tensor) -> None:
+    """Write base + sign * sigma * eps(member.seed, name) into `out` (base float32, any float `out` dtype)."""
+    if base.dtype != torch.float32:
+        raise TypeError(f"perturb_tensor: base tensor {name!r} must be float32 (the master copy), got {base.dtype}")
+    if out.shape != base.shape:
+        raise ValueError(f"perturb_tensor: out shape {tuple(out.shape)} != base shape {tuple(base.shape)} for {name!r}")
+    eps = tensor_noise(member.seed, name, base.shape).to(base.device)
+    scale = float(member.sign) * float(member.sigma)
+    if out.dtype == torch.float32:
+        torch.add(base, eps, alpha=scale, out=out)
+    else:
+        # Low-precision weights: add in fp32 and round once, so the result is the nearest
+        # representable value to the fp32 perturbed weight.
+        out.copy_(torch.add(base, eps, alpha=scale))
+
+
+def _merged_coefficients(update: Update) -> dict[int, float]:
+    # Members sharing a seed (antithetic pairs) are merged first, in float64, in order of first
+    # appearance: half the noise generation, and a +/- pair with equal fitness cancels exactly
+    # instead of leaving an fp32 rounding residue.
+    merged: dict[int, float] = {}
+    for seed, coef in zip(update.seeds, update.coefficients):
+        merged[seed] = merged.get(seed, 0.0) + float(coef)
+    return merged
+
+
+def update_direction(
+    update: Update,
+    name: str,
+    shape: Sequence[int] | torch.Size,
+    *,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Return float32 sum_i coefficients[i] * eps(seeds[i], name), accumulated in fp32 in member order."""
+    shape = torch.Size(int(d) for d in shape)
+    direction = torch.zeros(shape, dtype=torch.float32, device=device)
+    buf = torch.empty(shape, dtype=torch.float32)  # noise is generated on CPU, reused per member
+    for seed, coef in _merged_coefficients(update).items():
+        if coef == 0.0:
+            continue
+        eps = tensor_noise(seed, name, shape, out=buf)
+        direction.add_(eps.to(direction.device), alpha=float(coef))
+    return direction
+
+
+def apply_update(tensors: Mapping[str, torch.Tensor], update: Update) -> None:
+    """Apply `update` in place to every (float32) tensor: t += alpha/G * update_direction(...)."""
+    for name, t in tensors.items():
+        if t.dtype != torch.float32:
+            raise TypeError(
+                f"apply_update: tensor {name!r} is {t.dtype}; updates go to the float32 master copy "
+                "(low-precision weights cannot hold a small update)"
+            )
+    if update.alpha == 0.0 or not any(c != 0.0 for c in _merged_coefficients(update).values()):
+        # Adding a zero direction could still flip -0.0 to +0.0; a zero update must be a no-op.
+        return
+    scale = update.alpha / len(update.seeds)
+    with torch.no_grad():
+        for name, t in tensors.items():
+            t.add_(update_direction(update, name, t.shape, device=t.device), alpha=scale)

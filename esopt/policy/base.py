@@ -1,0 +1,79 @@
+"""The Policy contract: the one object that owns model weights.
+
+The trainer and the rollout loop talk to a policy only through these calls, so
+backends (HF transformers, vLLM, a remote endpoint) are interchangeable.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from dataclasses import dataclass
+
+from esopt.confutil import ConfigError, opt
+from esopt.es import Member, Update
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = opt(0.0, "sampling temperature; 0 = greedy decoding")
+    top_p: float = opt(1.0, "nucleus sampling: keep the smallest token set with this much probability mass")
+    top_k: int = opt(0, "keep only the k most likely tokens (0 = off)")
+    max_new_tokens: int = opt(16, "maximum tokens generated per turn")
+    stop: list = opt([], "strings that end a reply (the reply is cut before them)")
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ConfigError(f"sampling.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ConfigError(f"sampling.top_k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+Chat = list[dict]
+
+
+class Policy(abc.ABC):
+    """An LLM whose weights ES perturbs, restores and updates."""
+
+    @abc.abstractmethod
+    def generate(
+        self,
+        chats: list[Chat],
+        sampling: SamplingConfig,
+        action_regex: str | list[str | None] | None = None,
+        seed: int = 0,
+    ) -> list[str]:
+        """One assistant reply per chat. With `action_regex` (one for all, or one per chat; None = free
+        text), each reply is constrained to match its regex."""
+
+    @abc.abstractmethod
+    def perturbed(self, member: Member) -> contextlib.AbstractContextManager:
+        """Context manager: weights are theta + sign*sigma*eps(member) inside, restored bit-exactly on exit."""
+
+    @abc.abstractmethod
+    def apply(self, update: Update) -> None:
+        """theta += alpha/G * sum_i c_i eps_i (on the fp32 master weights)."""
+
+    @abc.abstractmethod
+    def fingerprint(self) -> str:
+        """A hash of the weights: equal fingerprints mean identical weights."""
+
+    @abc.abstractmethod
+    def save(self, directory: str) -> None:
+        """Write a checkpoint that `AutoModelForCausalLM.from_pretrained(directory)` loads."""
+
+    @abc.abstractmethod
+    def master_weights(self) -> dict:
+        """The fp32 weights ES works on, by tensor name (live references: do not modify)."""
+
+    @abc.abstractmethod
+    def load_master_weights(self, weights: dict) -> None:
+        """Replace the weights (fp32 tensors by name), e.g. from a checkpoint or a replay."""

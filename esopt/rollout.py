@@ -1,0 +1,128 @@
+"""Batched multi-turn agent loop: every live episode advances one turn per batched generate call."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from esopt.confutil import ConfigError, opt
+from esopt.envs.base import Env, Task
+from esopt.es import derive_seed
+from esopt.policy.base import Policy, SamplingConfig
+
+
+@dataclass
+class RolloutConfig:
+    guided_decoding: bool = opt(True, "constrain replies to the env's action regex when the env declares one")
+    history_turns: int = opt(-1, "past turns kept in the prompt: -1 = all, 0 = only the current observation")
+    sampling: SamplingConfig = opt(SamplingConfig(), "decoding settings")
+
+    def __post_init__(self):
+        if self.history_turns < -1:
+            raise ConfigError(f"rollout.history_turns must be >= -1, got {self.history_turns}")
+
+
+@dataclass
+class Trajectory:
+    task_id: str
+    messages: list[dict] = field(default_factory=list)
+    """The whole conversation: system prompt, observations (user) and actions (assistant)."""
+    actions: list[str] = field(default_factory=list)
+    feedback: list[str] = field(default_factory=list)
+    """The observation returned after each action."""
+    rewards: list[float] = field(default_factory=list)
+    invalid: list[bool] = field(default_factory=list)
+    success: bool = False
+    done: bool = False
+    final_info: dict = field(default_factory=dict)
+    """The env's info dict from the last turn (e.g. success, category, anls)."""
+
+    @property
+    def reward(self) -> float:
+        return float(sum(self.rewards))
+
+    @property
+    def turns(self) -> int:
+        return len(self.actions)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "reward": self.reward, "turns": self.turns}
+
+
+@dataclass
+class RolloutResult:
+    trajectories: list[Trajectory]
+    generate_s: float
+    env_s: float
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        trajectories = self.trajectories
+        n = max(1, len(trajectories))
+        actions = sum(t.turns for t in trajectories)
+        return {
+            "mean_reward": sum(t.reward for t in trajectories) / n,
+            "success": sum(t.success for t in trajectories) / n,
+            "mean_turns": actions / n,
+            "invalid_rate": sum(sum(t.invalid) for t in trajectories) / max(1, actions),
+        }
+
+
+def _prompt(messages: list[dict], history_turns: int) -> list[dict]:
+    """System message + the last `history_turns` exchanges + the current observation."""
+    if history_turns < 0:
+        return messages
+    system, rest = messages[:1], messages[1:]
+    keep = 2 * history_turns + 1
+    return system + rest[-keep:]
+
+
+def rollout(policy: Policy, env: Env, tasks: list[Task], config: RolloutConfig, seed: int = 0) -> RolloutResult:
+    """Run one episode per task to completion; episodes end on done (envs enforce their max_turns)."""
+    episodes = [env.start(task) for task in tasks]
+    trajectories = [
+        Trajectory(
+            task_id=task.id,
+            messages=[
+                {"role": "system", "content": env.system_prompt},
+                {"role": "user", "content": episode.observation},
+            ],
+        )
+        for task, episode in zip(tasks, episodes)
+    ]
+    live = list(range(len(tasks)))
+    generate_s = env_s = 0.0
+    turn = 0
+    while live:
+        chats = [_prompt(trajectories[i].messages, config.history_turns) for i in live]
+        start = time.perf_counter()
+        regexes = [(episodes[i].action_regex or env.action_regex) if config.guided_decoding else None for i in live]
+        replies = policy.generate(chats, config.sampling, action_regex=regexes, seed=derive_seed(seed, turn))
+        generate_s += time.perf_counter() - start
+        start = time.perf_counter()
+        still_live = []
+        for i, reply in zip(live, replies):
+            result = episodes[i].step(reply)
+            trajectory = trajectories[i]
+            trajectory.actions.append(reply)
+            trajectory.feedback.append(result.observation)
+            trajectory.rewards.append(float(result.reward))
+            trajectory.invalid.append(bool(result.info.get("invalid", False)))
+            trajectory.messages.append({"role": "assistant", "content": reply})
+            if result.done:
+                trajectory.done = True
+                trajectory.final_info = _jsonable(result.info)
+                trajectory.success = bool(result.info.get("success", trajectory.reward >= 1.0))
+            else:
+                trajectory.messages.append({"role": "user", "content": result.observation})
+                still_live.append(i)
+        env_s += time.perf_counter() - start
+        live = still_live
+        turn += 1
+        if turn > 10_000:
+            raise RuntimeError(f"env {env.name!r} never ended an episode; it must enforce max_turns")
+    return RolloutResult(trajectories, generate_s, env_s)
+
+
+def _jsonable(info: dict) -> dict:
+    return {k: v if isinstance(v, (str, int, float, bool, type(None))) else str(v) for k, v in info.items()}

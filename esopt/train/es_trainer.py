@@ -1,0 +1,240 @@
+"""The ES trainer: ask -> evaluate members inside perturbed() -> shape -> update, with evals,
+checkpoints, an append-only update history, resume and a report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from esopt.confutil import ConfigError
+from esopt.envs import make_env
+from esopt.es import HistoryWriter, Strategy, derive_seed, read_history
+from esopt.policy.base import Policy
+from esopt.rollout import RolloutResult, rollout
+from esopt.train.config import TrainConfig, load_config
+from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
+from esopt.train.report import write_report
+
+CHECKPOINT_PREFIX = "step_"
+
+
+def new_run_dir(config: TrainConfig) -> Path:
+    name = config.run_name or (
+        f"{config.env.name}__{config.method}__{config.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    )
+    run_dir = Path(config.runs_dir) / name
+    if (run_dir / "history.jsonl").exists():
+        raise ConfigError(f"run directory {run_dir} already holds a run; resume it with --resume {run_dir}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(updates applied, directory) of every complete checkpoint, oldest first."""
+    found = []
+    for path in (run_dir / "checkpoints").glob(CHECKPOINT_PREFIX + "*"):
+        if (path / "esopt.json").exists():  # written last: its presence marks a complete checkpoint
+            found.append((int(path.name[len(CHECKPOINT_PREFIX) :]), path))
+    return sorted(found)
+
+
+def load_checkpoint_weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    weights = {}
+    for file in sorted(path.glob("*.safetensors")):
+        weights.update(load_file(file))
+    return weights
+
+
+@dataclass
+class EvalResult:
+    step: int
+    metrics: dict[str, float]
+    seconds: float
+
+
+class ESTrainer:
+    def __init__(self, config: TrainConfig, run_dir: Path, policy: Policy, console: Console | None = None):
+        config.validate()
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.policy = policy
+        self.console = console or Console()
+        self.env = make_env(config.env.name, config.env.options)
+        self.strategy = Strategy(config.es, config.steps, config.seed)
+        self.eval_tasks = self.env.tasks("eval", config.eval_tasks, config.eval_seed)
+
+    # ---- construction ----------------------------------------------------------------------
+    @classmethod
+    def start(cls, config: TrainConfig, policy: Policy | None = None, console: Console | None = None) -> "ESTrainer":
+        """A new run: creates the run directory and saves the resolved config."""
+        config.validate()
+        run_dir = new_run_dir(config)
+        (run_dir / "config.yaml").write_text(config.to_yaml())
+        return cls(config, run_dir, policy or _load_policy(config), console)
+
+    @classmethod
+    def resume(cls, run_dir: str | Path, policy: Policy | None = None, console: Console | None = None) -> "ESTrainer":
+        """Continue a run from its directory: base weights + latest checkpoint + history replay."""
+        run_dir = Path(run_dir)
+        if not (run_dir / "config.yaml").exists():
+            raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
+        config = load_config(run_dir / "config.yaml")
+        return cls(config, run_dir, policy or _load_policy(config), console)
+
+    # ---- state -------------------------------------------------------------------------------
+    def _restore_progress(self) -> int:
+        """Bring the policy to the state after every update in history.jsonl; return that step count."""
+        history = read_history(self.run_dir / "history.jsonl") if (self.run_dir / "history.jsonl").exists() else []
+        for expected, update in enumerate(history):
+            if update.step != expected:
+                raise ConfigError(f"{self.run_dir}/history.jsonl is out of order at line {expected + 1}")
+        usable = [(k, path) for k, path in checkpoints(self.run_dir) if k <= len(history)]
+        first = 0
+        if usable:
+            first, path = usable[-1]
+            self.policy.load_master_weights(load_checkpoint_weights(path))
+            expected = json.loads((path / "esopt.json").read_text())["fingerprint"]
+            if self.policy.fingerprint() != expected:
+                raise RuntimeError(f"checkpoint {path} does not match its recorded fingerprint")
+        for update in history[first:]:
+            self.policy.apply(update)
+        return len(history)
+
+    def save_checkpoint(self, updates: int) -> Path:
+        path = self.run_dir / "checkpoints" / f"{CHECKPOINT_PREFIX}{updates:05d}"
+        self.policy.save(str(path))
+        (path / "esopt.json").write_text(json.dumps({"updates": updates, "fingerprint": self.policy.fingerprint()}))
+        for _, old in checkpoints(self.run_dir)[: -self.config.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+        return path
+
+    # ---- evaluation --------------------------------------------------------------------------
+    def evaluate(self, step: int) -> EvalResult:
+        start = time.perf_counter()
+        result = rollout(self.policy, self.env, self.eval_tasks, self.config.rollout, seed=self.config.eval_seed)
+        seconds = time.perf_counter() - start
+        write_trajectories(
+            self.run_dir / "trajectories" / f"eval_step{step:05d}.jsonl",
+            [t.to_json() for t in result.trajectories],
+        )
+        return EvalResult(step, result.metrics, seconds)
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def _train_step(self, step: int) -> dict[str, float]:
+        cfg = self.config
+        start_step = time.perf_counter()
+        members = self.strategy.ask(step)
+        tasks = self.env.tasks("train", cfg.tasks_per_step, derive_seed(cfg.seed, "tasks", step))
+        decode_seed = derive_seed(cfg.seed, "decode", step)  # common random numbers across members
+        fitness: list[float] = []
+        results: list[RolloutResult] = []
+        perturb_s = restore_s = 0.0
+        for member in members:
+            t0 = time.perf_counter()
+            with self.policy.perturbed(member):
+                t1 = time.perf_counter()
+                result = rollout(self.policy, self.env, tasks, cfg.rollout, seed=decode_seed)
+                t2 = time.perf_counter()
+            restore_s += time.perf_counter() - t2
+            perturb_s += t1 - t0
+            fitness.append(result.metrics["mean_reward"])
+            results.append(result)
+        update = self.strategy.tell(step, members, fitness)
+        t0 = time.perf_counter()
+        self.policy.apply(update)
+        update_s = time.perf_counter() - t0
+        self.history.append(update)
+        if cfg.trajectories_per_step:
+            write_trajectories(
+                self.run_dir / "trajectories" / "train.jsonl",
+                [
+                    {"step": step, "member": 0, "fitness": fitness[0], **t.to_json()}
+                    for t in results[0].trajectories[: cfg.trajectories_per_step]
+                ],
+            )
+        n = len(results)
+        return {
+            "train/fitness_mean": update.stats["mean"],
+            "train/fitness_std": update.stats["std"],
+            "train/fitness_max": update.stats["max"],
+            "train/success": sum(r.metrics["success"] for r in results) / n,
+            "train/mean_turns": sum(r.metrics["mean_turns"] for r in results) / n,
+            "train/invalid_rate": sum(r.metrics["invalid_rate"] for r in results) / n,
+            "es/sigma": update.sigma,
+            "es/alpha": update.alpha,
+            "time/step_s": time.perf_counter() - start_step,
+            "time/generate_s": sum(r.generate_s for r in results),
+            "time/env_s": sum(r.env_s for r in results),
+            "time/perturb_s": perturb_s,
+            "time/restore_s": restore_s,
+            "time/update_s": update_s,
+            "mem/peak_rss_mb": peak_rss_mb(),
+        }
+
+    def _log_eval(self, result: EvalResult) -> None:
+        self.metrics.log(
+            result.step,
+            {**{f"eval/{k}": v for k, v in result.metrics.items()}, "time/eval_s": result.seconds},
+        )
+        m = result.metrics
+        self.console.print(
+            f"[bold]eval[/] after {result.step} updates: success {m['success']:.3f}  "
+            f"reward {m['mean_reward']:.3f}  turns {m['mean_turns']:.2f}  invalid {m['invalid_rate']:.3f}  "
+            f"({result.seconds:.0f}s)"
+        )
+
+    def run(self) -> dict:
+        cfg = self.config
+        self.metrics = MetricsLogger(self.run_dir)
+        done = self._restore_progress()
+        self.history = HistoryWriter(self.run_dir / "history.jsonl")
+        if done:
+            self.console.print(f"resuming {self.run_dir} after {done} of {cfg.steps} steps")
+        else:
+            self._log_eval(self.evaluate(0))
+        last_eval = max((r["step"] for r in read_metrics(self.run_dir) if "eval/success" in r), default=-1)
+        columns = [
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("sigma {task.fields[sigma]:.2e}  reward {task.fields[reward]:.3f}"),
+        ]
+        with Progress(*columns, console=self.console, transient=False) as progress:
+            bar = progress.add_task("ES steps", total=cfg.steps, completed=done, sigma=self.strategy.sigma(done), reward=0.0)
+            for step in range(done, cfg.steps):
+                values = self._train_step(step)
+                updates = step + 1
+                self.metrics.log(updates, values)
+                progress.update(bar, advance=1, sigma=values["es/sigma"], reward=values["train/fitness_mean"])
+                if cfg.eval_every and updates % cfg.eval_every == 0 and updates < cfg.steps:
+                    self._log_eval(self.evaluate(updates))
+                    last_eval = updates
+                if cfg.checkpoint_every and updates % cfg.checkpoint_every == 0 and updates < cfg.steps:
+                    self.save_checkpoint(updates)
+        if last_eval != cfg.steps:
+            self._log_eval(self.evaluate(cfg.steps))
+        if not any(k == cfg.steps for k, _ in checkpoints(self.run_dir)):
+            self.save_checkpoint(cfg.steps)
+        self.history.close()
+        self.metrics.close()
+        summary = write_report(self.run_dir, cfg, read_metrics(self.run_dir), self.policy.fingerprint())
+        summary["run_dir"] = str(self.run_dir)
+        return summary
+
+
+def _load_policy(config: TrainConfig) -> Policy:
+    from esopt.policy.hf import HFPolicy
+
+    return HFPolicy.load(config.model)

@@ -1,0 +1,52 @@
+"""Evaluation harness: k episodes per task -> Mean@k, Pass@k (Max@k for graded rewards), turns, per category."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from esopt.envs.base import Env, Task
+from esopt.envs.metrics import max_at_k, mean_at_k, pass_at_k
+from esopt.policy.base import Policy
+from esopt.rollout import RolloutConfig, rollout
+
+
+def evaluate(
+    policy: Policy,
+    env: Env,
+    tasks: list[Task],
+    config: RolloutConfig,
+    samples: int = 1,
+    seed: int = 0,
+    out: str | None = None,
+) -> dict:
+    """Run `samples` episodes of every task in one batched rollout and score them."""
+    result = rollout(policy, env, [task for task in tasks for _ in range(samples)], config, seed=seed)
+    by_task = [result.trajectories[i * samples : (i + 1) * samples] for i in range(len(tasks))]
+    rewards = [[t.reward for t in group] for group in by_task]
+    successes = [[t.success for t in group] for group in by_task]
+    k = samples
+    report: dict = {
+        "tasks": len(tasks),
+        "samples": k,
+        f"mean@{k}": mean_at_k(rewards),
+        f"success_mean@{k}": mean_at_k([[float(s) for s in row] for row in successes]),
+        f"pass@{k}": pass_at_k(successes, k),
+        f"max@{k}": max_at_k(rewards, k),
+        "mean_turns": sum(t.turns for t in result.trajectories) / len(result.trajectories),
+        "invalid_rate": result.metrics["invalid_rate"],
+    }
+    categories: dict[str, list[bool]] = defaultdict(list)
+    for trajectory in result.trajectories:
+        if "category" in trajectory.final_info:
+            categories[str(trajectory.final_info["category"])].append(trajectory.success)
+    for category, values in sorted(categories.items()):
+        report[f"success/{category}"] = sum(values) / len(values)
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w") as f:
+            for trajectory in result.trajectories:
+                f.write(json.dumps(trajectory.to_json()) + "\n")
+    return report

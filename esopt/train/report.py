@@ -1,0 +1,103 @@
+"""report.md and reward-curve PNG of a finished run, built from its metrics.jsonl."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import mean, median
+
+EVAL_KEYS = ("success", "mean_reward", "mean_turns", "invalid_rate")
+TIME_KEYS = ("generate_s", "env_s", "perturb_s", "restore_s", "update_s")
+
+
+def _plot(run_dir: Path, train: list[dict], evals: list[dict]) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        steps = [r["step"] for r in train]
+        ax.plot(steps, [r["train/fitness_mean"] for r in train], label="train: mean member fitness")
+        ax.fill_between(
+            steps,
+            [r["train/fitness_mean"] - r["train/fitness_std"] for r in train],
+            [r["train/fitness_mean"] + r["train/fitness_std"] for r in train],
+            alpha=0.2,
+            label="± 1 std over members",
+        )
+    if evals:
+        ax.plot([r["step"] for r in evals], [r["eval/success"] for r in evals], "o-", label="held-out success")
+    ax.set_xlabel("updates")
+    ax.set_ylabel("reward / success")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    name = "reward_curve.png"
+    fig.savefig(run_dir / name, dpi=120)
+    plt.close(fig)
+    return name
+
+
+def summarize(metrics: list[dict]) -> dict:
+    train = [r for r in metrics if "train/fitness_mean" in r]
+    evals = [r for r in metrics if "eval/success" in r]
+    summary: dict = {"steps": len(train)}
+    if evals:
+        summary["before"] = {k: evals[0][f"eval/{k}"] for k in EVAL_KEYS}
+        summary["after"] = {k: evals[-1][f"eval/{k}"] for k in EVAL_KEYS}
+        summary["eval_steps"] = (evals[0]["step"], evals[-1]["step"])
+    if train:
+        summary["seconds_per_step"] = median(r["time/step_s"] for r in train)
+        summary["time_split"] = {k: mean(r[f"time/{k}"] for r in train) for k in TIME_KEYS}
+        summary["peak_rss_mb"] = max(r["mem/peak_rss_mb"] for r in train)
+    return summary
+
+
+def write_report(run_dir: Path, config, metrics: list[dict], fingerprint: str) -> dict:
+    run_dir = Path(run_dir)
+    summary = summarize(metrics)
+    train = [r for r in metrics if "train/fitness_mean" in r]
+    evals = [r for r in metrics if "eval/success" in r]
+    plot = _plot(run_dir, train, evals)
+    lines = [
+        f"# esopt run: {config.env.name} / {config.method}",
+        "",
+        f"Model `{config.model.path}` ({config.model.dtype}), env `{config.env.name}` {config.env.options}, "
+        f"G={config.es.population}, N={config.tasks_per_step} tasks/step, {config.steps} steps, "
+        f"sigma {config.es.sigma:g}" + (f" -> {config.es.sigma_final:g} (cosine)" if config.method == "agentic-esopt" else " (constant)")
+        + f", alpha {config.es.alpha:g}, seed {config.seed}.",
+        "",
+    ]
+    if "before" in summary:
+        first, last = summary["eval_steps"]
+        lines += [
+            f"## Held-out evaluation ({config.eval_tasks} tasks)",
+            "",
+            f"| metric | before (step {first}) | after (step {last}) |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {k} | {summary['before'][k]:.3f} | {summary['after'][k]:.3f} |" for k in EVAL_KEYS]
+        lines.append("")
+    if train:
+        split = summary["time_split"]
+        total = sum(split.values()) or 1.0
+        lines += [
+            "## Time per step",
+            "",
+            f"Median {summary['seconds_per_step']:.1f} s per step; peak RSS {summary['peak_rss_mb']:.0f} MB.",
+            "",
+            "| part | mean seconds | share |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {k[:-2]} | {v:.2f} | {v / total:.1%} |" for k, v in split.items()]
+        lines.append("")
+    if plot:
+        lines += ["## Reward curve", "", f"![reward curve]({plot})", ""]
+    lines += [f"Final weights fingerprint: `{fingerprint}`", ""]
+    (run_dir / "report.md").write_text("\n".join(lines))
+    summary["report"] = str(run_dir / "report.md")
+    summary["plot"] = str(run_dir / plot) if plot else None
+    return summary

@@ -1,0 +1,120 @@
+"""countdown env: oracle, garbage, hand-checked rewards, splits, multi-turn calculator."""
+
+import pytest
+
+from esopt.confutil import ConfigError
+from esopt.envs import make_env
+from esopt.envs.base import Task
+from esopt.envs.countdown import score_expression
+
+
+@pytest.fixture(scope="module")
+def env():
+    return make_env("countdown")
+
+
+@pytest.fixture(scope="module")
+def tasks(env):
+    return env.tasks("train", 10, 0)
+
+
+def _task(numbers, target):
+    return Task(id="hand", data={"numbers": numbers, "target": target, "solution": ""})
+
+
+def test_oracle_single_turn(env, tasks):
+    assert env.max_turns == 1 and len(tasks) == 10
+    for t in tasks:
+        ep = env.start(t)
+        assert f"Target: {t.data['target']}" in ep.observation
+        r = ep.step(f"answer: {t.data['solution']}")
+        assert r.done and r.info["success"] is True
+        assert r.reward == pytest.approx(1.1)  # 0.1 format + 1.0 correct
+
+
+def test_hand_checked_rewards(env):
+    t = _task([25, 5, 4, 7], 100)
+    step = lambda a: env.start(t).step(a)  # noqa: E731
+    assert step("answer: 25*4").reward == pytest.approx(1.1)  # 5 and 7 unused: fine (at most once)
+    assert step("answer: (25-5)*4").reward == pytest.approx(0.1)  # 80
+    r = step("answer: 25*4+7")  # well formed, wrong value
+    assert r.reward == pytest.approx(0.1) and r.info["success"] is False and r.info["well_formed"]
+    assert "evaluates to 107" in r.observation
+    assert step("answer: 25*4*1").reward == 0.0  # 1 is not given
+    assert step("answer: 25+25+25+25").reward == 0.0  # 25 used four times
+    assert step("answer: 100").reward == 0.0  # the target is not a given number
+    assert step("answer: 5**2*4").reward == 0.0  # ** not allowed
+    assert step("answer: -5+25*4+5").reward == 0.0  # unary minus not allowed
+    assert step("answer: 25*4.0").reward == 0.0  # decimals not allowed
+    assert step("answer: 25*4 = 100").reward == pytest.approx(1.1)  # "= target" dropped
+    assert step("\\boxed{(25*4)}").reward == pytest.approx(1.1)
+    assert step("<answer>4*25</answer>").reward == pytest.approx(1.1)
+    assert step("Let me see.\n25 * 4").reward == pytest.approx(1.1)  # a bare expression line
+    assert step("answer: 25/(7-7)").reward == 0.0  # 7 used twice
+    # exact rational arithmetic: 7/3*9 is exactly 21
+    t2 = _task([7, 3, 9, 2], 21)
+    assert make_env("countdown").start(t2).step("answer: 7/3*9").reward == pytest.approx(1.1)
+
+
+def test_division_by_zero_is_well_formed_but_wrong():
+    s = score_expression("5/(3-3)", [5, 3, 3], 10)
+    assert s.well_formed and not s.correct and s.reward == pytest.approx(0.1)
+
+
+def test_use_all_numbers():
+    env = make_env("countdown", {"use_all_numbers": True})
+    t = _task([20, 5, 3, 2], 100)
+    assert "exactly once" in env.start(t).observation
+    r = env.start(t).step("answer: 20*5")
+    assert r.reward == pytest.approx(0.1) and not r.info["success"]
+    assert env.start(t).step("answer: 20*5*(3-2)").reward == pytest.approx(1.1)
+
+
+def test_garbage_scores_zero(env, tasks):
+    for junk in ["", "   ", "I don't know", "calculator: 1+1", "answer:", "answer: abc", None, 5,
+                 "answer: __import__('os')", "answer: " + "(" * 500 + "1" + ")" * 500, "answer: 9**9**9**9"]:
+        r = env.start(tasks[0]).step(junk)
+        assert r.done and r.reward == 0.0 and r.info["success"] is False and r.info["invalid"]
+
+
+def test_multi_turn_calculator(tasks):
+    env = make_env("countdown", {"multi_turn": True, "max_turns": 3, "max_tool_calls": 1})
+    assert env.max_turns == 3 and "calculator:" in env.system_prompt
+    t = tasks[0]
+    ep = env.start(t)
+    r = ep.step(f"calculator: {t.data['solution']}")
+    assert not r.done and r.observation.startswith(f"calculator: {t.data['target']}")
+    r = ep.step("calculator: 1+1")
+    assert not r.done and r.info["invalid"]
+    r = ep.step(f"answer: {t.data['solution']}")
+    assert r.done and r.reward == pytest.approx(1.1) and r.info["tool_calls"] == 1
+    # out of turns without an answer -> 0
+    ep = env.start(t)
+    for a in ["hmm", "calculator: 2*3", "still thinking"]:
+        r = ep.step(a)
+    assert r.done and r.reward == 0.0 and r.info["answer"] is None
+
+
+def test_single_turn_tool_call_is_not_allowed(env, tasks):
+    r = env.start(tasks[0]).step("calculator: 1+2")
+    assert r.done and r.reward == 0.0
+
+
+def test_seeds_and_splits(env, tasks):
+    assert [t.data for t in make_env("countdown").tasks("train", 10, 0)] == [t.data for t in tasks]
+    assert [t.id for t in env.tasks("train", 10, 1)] != [t.id for t in tasks]
+    key = lambda t: (tuple(sorted(t.data["numbers"])), t.data["target"])  # noqa: E731
+    train = {key(t) for s in range(2) for t in env.tasks("train", 20, s)}
+    evals = {key(t) for s in range(2) for t in env.tasks("eval", 20, s)}
+    assert not (train & evals)
+    for t in tasks:
+        assert 3 <= len(t.data["numbers"]) <= 4 and 10 <= t.data["target"] <= 100
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="countdown.min_numbers"):
+        make_env("countdown", {"min_numbers": 5, "max_numbers": 3})
+    with pytest.raises(ConfigError, match="countdown.multi_turn"):
+        make_env("countdown", {"multi_turn": "maybe"})
+    with pytest.raises(ConfigError):
+        make_env("countdown", {"bogus": 1})

@@ -1,0 +1,126 @@
+"""HF policy contract on a tiny random Llama: exact restore, updates, replay, save, guided decoding."""
+
+import re
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from esopt.es import ESConfig, Member, Strategy, replay
+from esopt.policy.base import SamplingConfig
+
+
+def _snapshot(policy):
+    return {name: p.detach().clone() for name, p in policy.model.named_parameters()}
+
+
+def _assert_same(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_perturb_restore_cycles_are_bit_exact(make_tiny_policy, dtype):
+    policy = make_tiny_policy(dtype=dtype)
+    before = _snapshot(policy)
+    fingerprint = policy.fingerprint()
+    for i in range(50):
+        with policy.perturbed(Member(index=i, seed=1000 + i, sigma=1e-2, sign=1 if i % 2 else -1)):
+            changed = sum(not torch.equal(p, before[n]) for n, p in policy.model.named_parameters())
+            assert changed == len(before)  # every tensor is perturbed inside the context
+    _assert_same(_snapshot(policy), before)
+    assert policy.fingerprint() == fingerprint
+
+
+def test_restore_on_exception(make_tiny_policy):
+    policy = make_tiny_policy()
+    before = _snapshot(policy)
+    with pytest.raises(RuntimeError, match="boom"):
+        with policy.perturbed(Member(index=0, seed=7, sigma=0.1)):
+            raise RuntimeError("boom")
+    _assert_same(_snapshot(policy), before)
+
+
+def test_perturbation_matches_seeded_noise(make_tiny_policy):
+    from esopt.es import tensor_noise
+
+    policy = make_tiny_policy()
+    name, base = next(iter(policy.master_weights().items()))
+    base = base.clone()
+    with policy.perturbed(Member(index=0, seed=3, sigma=0.5, sign=-1)):
+        param = dict(policy.model.named_parameters())[name]
+        assert torch.equal(param, base - 0.5 * tensor_noise(3, name, base.shape))
+
+
+def test_updates_replay_bit_exactly(make_tiny_policy):
+    policy = make_tiny_policy()
+    base = {n: t.clone() for n, t in policy.master_weights().items()}
+    strategy = Strategy(ESConfig(population=4, alpha=1e-2), total_steps=3, run_seed=5)
+    history = []
+    for step in range(3):
+        members = strategy.ask(step)
+        update = strategy.tell(step, members, [float(i * (step + 1) % 3) for i in range(len(members))])
+        policy.apply(update)
+        history.append(update)
+    rebuilt = replay(base, history)
+    _assert_same(rebuilt, policy.master_weights())
+    assert any(not torch.equal(base[n], rebuilt[n]) for n in base)
+    # the model's weights follow the master copy
+    _assert_same({n: p.detach() for n, p in policy.model.named_parameters()}, policy.master_weights())
+
+
+def test_all_equal_fitness_leaves_weights_unchanged(make_tiny_policy):
+    policy = make_tiny_policy()
+    before = _snapshot(policy)
+    strategy = Strategy(ESConfig(population=4), total_steps=1, run_seed=0)
+    members = strategy.ask(0)
+    policy.apply(strategy.tell(0, members, [0.5] * 4))
+    _assert_same(_snapshot(policy), before)
+
+
+def test_bf16_model_keeps_small_updates_in_master(make_tiny_policy):
+    policy = make_tiny_policy(dtype=torch.bfloat16)
+    base = {n: t.clone() for n, t in policy.master_weights().items()}
+    strategy = Strategy(ESConfig(population=2, alpha=1e-7), total_steps=1, run_seed=0)
+    members = strategy.ask(0)
+    policy.apply(strategy.tell(0, members, [0.0, 1.0]))
+    # an update far below bf16 resolution still moves the fp32 master
+    assert all(not torch.equal(base[n], t) for n, t in policy.master_weights().items())
+
+
+def test_save_loads_with_from_pretrained(make_tiny_policy, tmp_path):
+    policy = make_tiny_policy()
+    strategy = Strategy(ESConfig(population=2, alpha=1e-2), total_steps=1, run_seed=0)
+    policy.apply(strategy.tell(0, strategy.ask(0), [0.0, 1.0]))
+    policy.save(str(tmp_path / "ckpt"))
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt", dtype=torch.float32)
+    loaded_params = dict(loaded.named_parameters())
+    for name, tensor in policy.master_weights().items():
+        assert torch.equal(loaded_params[name], tensor), name
+
+
+def test_guided_generation_matches_regex(make_tiny_policy):
+    policy = make_tiny_policy()
+    regex = r"set [1-4] [1-4] [1-4]"
+    chats = [[{"role": "system", "content": "Play."}, {"role": "user", "content": f"Board {i}"}] for i in range(3)]
+    replies = policy.generate(chats, SamplingConfig(max_new_tokens=12), action_regex=regex)
+    assert len(replies) == 3
+    assert all(re.fullmatch(regex, r) for r in replies), replies
+    sampled = policy.generate(chats, SamplingConfig(max_new_tokens=12, temperature=1.0), action_regex=regex, seed=1)
+    assert all(re.fullmatch(regex, r) for r in sampled), sampled
+
+
+def test_sampling_is_seeded(make_tiny_policy):
+    policy = make_tiny_policy()
+    chats = [[{"role": "user", "content": "hello"}]] * 2
+    sampling = SamplingConfig(max_new_tokens=8, temperature=1.0)
+    assert policy.generate(chats, sampling, seed=3) == policy.generate(chats, sampling, seed=3)
+
+
+def test_stop_strings_cut_replies(make_tiny_policy):
+    policy = make_tiny_policy()
+    chats = [[{"role": "user", "content": "x"}]]
+    full = policy.generate(chats, SamplingConfig(max_new_tokens=12), action_regex=r"set 1 2 3")[0]
+    cut = policy.generate(chats, SamplingConfig(max_new_tokens=12, stop=[" 2"]), action_regex=r"set 1 2 3")[0]
+    assert full == "set 1 2 3" and cut == "set 1"
