@@ -386,13 +386,8 @@ class SudokuEnv(Env):
     def system_prompt(self) -> str:
         n, b = self.size, math.isqrt(self.size)
         return (
-            f"You are solving a {n}x{n} Sudoku. Fill every empty cell (.) with a digit 1-{n} so that "
-            f"each row, each column and each {b}x{b} box contains every digit 1-{n} exactly once.\n"
-            f"Rows are numbered 1-{n} from top to bottom, columns 1-{n} from left to right.\n"
-            "Each turn, fill ONE empty cell. Reply with only the action, in exactly this format:\n"
-            "set <row> <col> <value>\n"
-            f"Example: set 2 3 {min(4, n)} puts {min(4, n)} in row 2, column 3.\n"
-            "You cannot change the given digits or a cell you already filled."
+            f"You solve a {n}x{n} Sudoku: each row, column and {b}x{b} box holds every digit 1-{n} once. "
+            "Each turn, fill one empty cell (.) by replying only: set <row> <col> <value>"
         )
 
     # -- tasks ---------------------------------------------------------------------------------

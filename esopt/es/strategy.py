@@ -10,6 +10,7 @@ import torch
 
 from esopt.confutil import ConfigError, opt
 from esopt.es.noise import member_seeds, tensor_noise
+from esopt.es.parallel import for_each_tensor
 from esopt.es.schedule import Schedule
 from esopt.es.shaping import SHAPING_METHODS, shape_fitness
 
@@ -260,6 +261,10 @@ def apply_update(tensors: Mapping[str, torch.Tensor], update: Update) -> None:
         # Adding a zero direction could still flip -0.0 to +0.0; a zero update must be a no-op.
         return
     scale = update.alpha / len(update.seeds)
-    with torch.no_grad():
-        for name, t in tensors.items():
+
+    def update_one(item: tuple[str, torch.Tensor]) -> None:
+        name, t = item
+        with torch.no_grad():
             t.add_(update_direction(update, name, t.shape, device=t.device), alpha=scale)
+
+    for_each_tensor(update_one, tensors.items())

@@ -18,6 +18,7 @@ import torch
 
 from esopt.confutil import ConfigError, opt
 from esopt.es import Member, Update, apply_update, perturb_tensor
+from esopt.es.parallel import for_each_tensor
 from esopt.policy.base import Chat, Policy, SamplingConfig
 from esopt.policy.models import resolve_model_path
 
@@ -89,10 +90,12 @@ class HFPolicy(Policy):
 
     @contextlib.contextmanager
     def perturbed(self, member: Member) -> Iterator[None]:
-        try:
+        def perturb_one(name: str) -> None:
             with torch.no_grad():
-                for name, param in self._params.items():
-                    perturb_tensor(name, self._master[name], member, out=param.data)
+                perturb_tensor(name, self._master[name], member, out=self._params[name].data)
+
+        try:
+            for_each_tensor(perturb_one, self._params)
             yield
         finally:
             self._sync_model_to_master()
