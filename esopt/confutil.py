@@ -131,3 +131,23 @@ def field_help(cls: type, name: str) -> str:
         if f.name == name:
             return f.metadata.get("help", "")
     raise KeyError(name)
+
+
+def load_yaml(cls: type, path) -> Any:
+    """Dataclass `cls` from a YAML file (None = all defaults); unknown keys and bad values are ConfigErrors."""
+    import pathlib
+
+    import yaml
+
+    if path is None:
+        return cls()
+    file = pathlib.Path(path)
+    if not file.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of config options")
+    return from_dict(cls, data)

@@ -61,7 +61,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Limits", "SandboxResult", "run_script", "call_in_sandbox", "call_function", "to_jsonable"]

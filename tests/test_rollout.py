@@ -5,7 +5,7 @@ import re
 import pytest
 
 from esopt.envs import make_env
-from esopt.policy.base import Policy, SamplingConfig
+from esopt.policy.base import Policy
 from esopt.rollout import RolloutConfig, rollout
 from esopt.train.evaluate import evaluate
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-from typing import Callable
 
 from esopt.confutil import ConfigError, from_dict
 from esopt.envs.base import Env, Episode, StepResult, Task

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from esopt.confutil import ConfigError, from_dict, opt, to_dict
+from esopt.confutil import ConfigError, load_yaml, opt, to_dict
 from esopt.envs import make_env
 from esopt.es import ESConfig
 from esopt.policy.hf import ModelConfig
@@ -60,15 +60,4 @@ class TrainConfig:
 
 def load_config(path: str | Path | None) -> TrainConfig:
     """TrainConfig from a YAML file (None = all defaults). Unknown keys are errors."""
-    if path is None:
-        return TrainConfig()
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping of config sections")
-    return from_dict(TrainConfig, data)
+    return load_yaml(TrainConfig, path)
