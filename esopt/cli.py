@@ -195,13 +195,47 @@ def cmd_envs(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "replay": cmd_replay, "envs": cmd_envs}
+def cmd_ahd(argv: list[str]) -> int:
+    from esopt.train.ahd import main
+
+    return main(argv)
+
+
+# ---- gradient baselines and the comparison (thin wrappers) ---------------------------------------
+def cmd_grpo(argv: list[str]) -> int:
+    from esopt.train.grpo import main
+
+    return main(argv)
+
+
+def cmd_ppo(argv: list[str]) -> int:
+    from esopt.train.ppo import main
+
+    return main(argv)
+
+
+def cmd_compare(argv: list[str]) -> int:
+    from esopt.train.compare import main
+
+    return main(argv)
+
+
+COMMANDS = {
+    "train": cmd_train,
+    "eval": cmd_eval,
+    "replay": cmd_replay,
+    "envs": cmd_envs,
+    "ahd": cmd_ahd,
+    "grpo": cmd_grpo,
+    "ppo": cmd_ppo,
+    "compare": cmd_compare,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: esopt {train,eval,replay,envs} [options]   (esopt COMMAND --help for options)")
+        print(f"usage: esopt {{{','.join(COMMANDS)}}} [options]   (esopt COMMAND --help for options)")
         if argv and argv[0] not in ("-h", "--help"):
             print(f"esopt: error: unknown command {argv[0]!r}", file=sys.stderr)
             return 2
