@@ -118,3 +118,14 @@ def test_config_errors():
         make_env("countdown", {"multi_turn": "maybe"})
     with pytest.raises(ConfigError):
         make_env("countdown", {"bogus": 1})
+
+
+def test_action_grammar_matches_well_formed_answers_only():
+    import re
+
+    single = make_env("countdown")
+    multi = make_env("countdown", {"multi_turn": True})
+    assert re.fullmatch(single.action_regex, "answer: (25-5)*4")
+    assert not re.fullmatch(single.action_regex, "calculator: 2+2")
+    assert re.fullmatch(multi.action_regex, "calculator: 2+2")
+    assert not re.fullmatch(single.action_regex, "I think it is 100")

@@ -226,6 +226,12 @@ class CountdownEnv(Env):
         return self.config.max_turns if self.config.multi_turn else 1
 
     @property
+    def action_regex(self) -> str:
+        """One line `answer: <expression>` (or `calculator: <expression>` in multi-turn mode)."""
+        verbs = "(answer|calculator)" if self.config.multi_turn else "answer"
+        return verbs + r": [0-9+\-*/() ]{1,60}"
+
+    @property
     def rule(self) -> str:
         return "Use every number exactly once." if self.config.use_all_numbers else "Use each number at most once."
 
