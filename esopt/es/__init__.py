@@ -1,7 +1,7 @@
 """Pure-torch math of Agentic ESOpt: noise, fitness shaping, schedules, strategies and update history."""
 
 from esopt.es.history import HistoryWriter, read_history, replay
-from esopt.es.noise import CHUNK_NUMEL, derive_seed, member_seeds, tensor_noise
+from esopt.es.noise import CHUNK_NUMEL, derive_seed, member_seeds, subspace_mask, tensor_noise
 from esopt.es.schedule import SCHEDULE_KINDS, Schedule
 from esopt.es.shaping import SHAPING_METHODS, shape_fitness
 from esopt.es.strategy import (
@@ -33,6 +33,7 @@ __all__ = [
     "read_history",
     "replay",
     "shape_fitness",
+    "subspace_mask",
     "tensor_noise",
     "update_direction",
 ]

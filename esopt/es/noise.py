@@ -94,3 +94,12 @@ def member_seeds(run_seed: int, step: int, count: int) -> list[int]:
             seen.add(s)
             seeds.append(s)
     return seeds
+
+
+def subspace_mask(partition_seed: int, name: str, shape: Sequence[int] | torch.Size, subspace: int, subspaces: int) -> torch.Tensor:
+    """Boolean mask of the elements of tensor `name` that fall in `subspace` of a random partition of
+    every parameter index into `subspaces` disjoint parts (CoPES); the partition is fixed by its seed."""
+    shape = torch.Size(int(d) for d in shape)
+    gen = torch.Generator().manual_seed(derive_seed(partition_seed, name, "partition"))
+    labels = torch.randint(0, subspaces, shape, generator=gen, dtype=torch.int8)
+    return labels == subspace

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from esopt.confutil import ConfigError, opt
-from esopt.es.noise import member_seeds, tensor_noise
+from esopt.es.noise import derive_seed, member_seeds, subspace_mask, tensor_noise
 from esopt.es.parallel import for_each_tensor
 from esopt.es.schedule import Schedule
 from esopt.es.shaping import SHAPING_METHODS, shape_fitness
@@ -25,7 +25,7 @@ __all__ = [
     "apply_update",
 ]
 
-STRATEGIES = ("agentic-esopt", "vanilla-es")
+STRATEGIES = ("agentic-esopt", "vanilla-es", "copes")
 
 
 def _is_int(x: Any) -> bool:
@@ -42,8 +42,11 @@ class ESConfig:
 
     strategy: str = opt(
         "agentic-esopt",
-        help="'agentic-esopt' (sigma cosine-decays from sigma to sigma_final) or 'vanilla-es' (constant sigma)",
+        help="'agentic-esopt' (sigma cosine-decays from sigma to sigma_final), 'vanilla-es' (constant sigma) or "
+        "'copes' (cosine sigma; each step a fresh random partition of all weights into K subspaces, G/K members "
+        "per subspace, each perturbing only its subspace with sigma*sqrt(K))",
     )
+    subspaces: int = opt(4, help="K, the number of disjoint parameter subspaces per step (copes only)")
     population: int = opt(8, help="G: members evaluated per step (must be even when antithetic)")
     sigma: float = opt(1e-3, help="sigma_0: perturbation scale at the first step")
     sigma_final: float = opt(2.5e-4, help="sigma_T: perturbation scale at the last step (agentic-esopt only)")
@@ -75,6 +78,14 @@ class ESConfig:
             raise ConfigError(f"es.alpha_final must be null or a finite number >= 0, got {self.alpha_final!r}")
         if not _is_int(self.warmup_steps) or self.warmup_steps < 0:
             raise ConfigError(f"es.warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+        if self.strategy == "copes":
+            if not _is_int(self.subspaces) or self.subspaces < 1:
+                raise ConfigError(f"es.subspaces must be an integer >= 1, got {self.subspaces!r}")
+            if self.population % self.subspaces or (self.antithetic and (self.population // self.subspaces) % 2):
+                raise ConfigError(
+                    f"es.population ({self.population}) must split evenly into es.subspaces ({self.subspaces})"
+                    + (" with an even number of members each (antithetic)" if self.antithetic else "")
+                )
         if self.shaping not in SHAPING_METHODS:
             raise ConfigError(f"es.shaping: unknown method {self.shaping!r}; expected one of {', '.join(SHAPING_METHODS)}")
 
@@ -87,6 +98,10 @@ class Member:
     seed: int
     sigma: float
     sign: int = 1
+    subspace: int | None = None
+    """CoPES: the only subspace this member perturbs (None = every weight)."""
+    subspaces: int = 1
+    partition_seed: int = 0
 
 
 @dataclass
@@ -100,12 +115,18 @@ class Update:
     sigma: float
     fitness: list[float]
     stats: dict = field(default_factory=dict)
+    member_subspaces: list[int] | None = None
+    """CoPES: each member's subspace (None = full-space members)."""
+    subspaces: int = 1
+    partition_seed: int = 0
 
     def __post_init__(self) -> None:
         if len(self.seeds) != len(self.coefficients):
             raise ValueError(
                 f"Update has {len(self.seeds)} seeds but {len(self.coefficients)} coefficients"
             )
+        if self.member_subspaces is not None and len(self.member_subspaces) != len(self.seeds):
+            raise ValueError("Update.member_subspaces must give one subspace per member")
 
     def to_json(self) -> dict:
         """Return a JSON-serialisable dict; finite floats round-trip exactly through json."""
@@ -117,6 +138,15 @@ class Update:
             "sigma": float(self.sigma),
             "fitness": [float(f) for f in self.fitness],
             "stats": dict(self.stats),
+            **(
+                {
+                    "member_subspaces": [int(k) for k in self.member_subspaces],
+                    "subspaces": int(self.subspaces),
+                    "partition_seed": int(self.partition_seed),
+                }
+                if self.member_subspaces is not None
+                else {}
+            ),
         }
 
     @classmethod
@@ -136,6 +166,9 @@ class Update:
                 sigma=float(d["sigma"]),
                 fitness=[float(f) for f in d.get("fitness", [])],
                 stats=dict(d.get("stats") or {}),
+                member_subspaces=[int(k) for k in d["member_subspaces"]] if "member_subspaces" in d else None,
+                subspaces=int(d.get("subspaces", 1)),
+                partition_seed=int(d.get("partition_seed", 0)),
             )
         except (TypeError, ValueError) as e:
             raise ValueError(f"malformed Update record: {e}") from e
@@ -151,7 +184,7 @@ class Strategy:
         self.config = config
         self.total_steps = total_steps
         self.run_seed = int(run_seed)
-        if config.strategy == "agentic-esopt":
+        if config.strategy in ("agentic-esopt", "copes"):
             self.sigma_schedule = Schedule("cosine", config.sigma, config.sigma_final, config.warmup_steps, total_steps)
         else:
             self.sigma_schedule = Schedule("constant", config.sigma, None, config.warmup_steps, total_steps)
@@ -174,12 +207,22 @@ class Strategy:
         sigma = self.sigma(step)
         if self.config.antithetic:
             seeds = member_seeds(self.run_seed, step, g // 2)
-            return [
+            members = [
                 Member(index=2 * j + k, seed=s, sigma=sigma, sign=1 if k == 0 else -1)
                 for j, s in enumerate(seeds)
                 for k in (0, 1)
             ]
-        return [Member(index=i, seed=s, sigma=sigma) for i, s in enumerate(member_seeds(self.run_seed, step, g))]
+        else:
+            members = [Member(index=i, seed=s, sigma=sigma) for i, s in enumerate(member_seeds(self.run_seed, step, g))]
+        if self.config.strategy != "copes":
+            return members
+        k = self.config.subspaces
+        per_subspace = g // k
+        partition_seed = derive_seed(self.run_seed, "copes-partition", step)
+        return [
+            replace(m, sigma=sigma * math.sqrt(k), subspace=m.index // per_subspace, subspaces=k, partition_seed=partition_seed)
+            for m in members
+        ]
 
     def tell(self, step: int, members: Sequence[Member], fitness: Sequence[float]) -> Update:
         """Shape the members' fitness and return the step's Update (not yet applied)."""
@@ -201,6 +244,9 @@ class Strategy:
             sigma=self.sigma(step),
             fitness=raw,
             stats={"mean": mean, "std": std, "min": min(raw), "max": max(raw)},
+            member_subspaces=[m.subspace for m in members] if members[0].subspace is not None else None,
+            subspaces=members[0].subspaces,
+            partition_seed=members[0].partition_seed,
         )
 
 
@@ -210,7 +256,10 @@ def perturb_tensor(name: str, base: torch.Tensor, member: Member, out: torch.Ten
         raise TypeError(f"perturb_tensor: base tensor {name!r} must be float32 (the master copy), got {base.dtype}")
     if out.shape != base.shape:
         raise ValueError(f"perturb_tensor: out shape {tuple(out.shape)} != base shape {tuple(base.shape)} for {name!r}")
-    eps = tensor_noise(member.seed, name, base.shape).to(base.device)
+    eps = tensor_noise(member.seed, name, base.shape)
+    if member.subspace is not None:
+        eps.mul_(subspace_mask(member.partition_seed, name, base.shape, member.subspace, member.subspaces))
+    eps = eps.to(base.device)
     scale = float(member.sign) * float(member.sigma)
     if out.dtype == torch.float32:
         torch.add(base, eps, alpha=scale, out=out)
@@ -220,13 +269,14 @@ def perturb_tensor(name: str, base: torch.Tensor, member: Member, out: torch.Ten
         out.copy_(torch.add(base, eps, alpha=scale))
 
 
-def _merged_coefficients(update: Update) -> dict[int, float]:
+def _merged_coefficients(update: Update) -> dict[tuple[int, int | None], float]:
     # Members sharing a seed (antithetic pairs) are merged first, in float64, in order of first
     # appearance: half the noise generation, and a +/- pair with equal fitness cancels exactly
-    # instead of leaving an fp32 rounding residue.
-    merged: dict[int, float] = {}
-    for seed, coef in zip(update.seeds, update.coefficients):
-        merged[seed] = merged.get(seed, 0.0) + float(coef)
+    # instead of leaving an fp32 rounding residue. Keyed by (seed, CoPES subspace).
+    subspaces = update.member_subspaces or [None] * len(update.seeds)
+    merged: dict[tuple[int, int | None], float] = {}
+    for seed, subspace, coef in zip(update.seeds, subspaces, update.coefficients):
+        merged[(seed, subspace)] = merged.get((seed, subspace), 0.0) + float(coef)
     return merged
 
 
@@ -241,10 +291,12 @@ def update_direction(
     shape = torch.Size(int(d) for d in shape)
     direction = torch.zeros(shape, dtype=torch.float32, device=device)
     buf = torch.empty(shape, dtype=torch.float32)  # noise is generated on CPU, reused per member
-    for seed, coef in _merged_coefficients(update).items():
+    for (seed, subspace), coef in _merged_coefficients(update).items():
         if coef == 0.0:
             continue
         eps = tensor_noise(seed, name, shape, out=buf)
+        if subspace is not None:
+            eps.mul_(subspace_mask(update.partition_seed, name, shape, subspace, update.subspaces))
         direction.add_(eps.to(direction.device), alpha=float(coef))
     return direction
 
