@@ -40,6 +40,7 @@ from esopt.es import derive_seed
 from esopt.policy.hf import HFPolicy, ModelConfig
 from esopt.rollout import RolloutConfig, Trajectory, _prompt, rollout
 from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
+from esopt.train.report import EVAL_KEYS, eval_section, time_section
 
 
 # ---- config ---------------------------------------------------------------------------------------
@@ -574,7 +575,6 @@ class PGTrainer:
 
 
 # ---- report ---------------------------------------------------------------------------------------
-EVAL_KEYS = ("success", "mean_reward", "mean_turns", "invalid_rate")
 PG_TIME_KEYS = ("generate_s", "env_s", "score_s", "update_s")
 
 
@@ -632,30 +632,8 @@ def write_pg_report(run_dir: Path, config: PGConfig, method: str, metrics: list[
         f"clip {config.clip_eps:g}, KL {config.kl_coef:g}, seed {config.seed}.",
         "",
     ]
-    if "before" in summary:
-        first, last = summary["eval_steps"]
-        lines += [
-            f"## Held-out evaluation ({config.eval_tasks} tasks, same rollout/eval code as ES)",
-            "",
-            f"| metric | before (step {first}) | after (step {last}) |",
-            "|---|---|---|",
-        ]
-        lines += [f"| {k} | {summary['before'][k]:.3f} | {summary['after'][k]:.3f} |" for k in EVAL_KEYS]
-        lines.append("")
-    if train:
-        split = summary["time_split"]
-        total = sum(split.values()) or 1.0
-        lines += [
-            "## Time per step",
-            "",
-            f"Median {summary['seconds_per_step']:.1f} s per step over {summary['episodes']} training episodes; "
-            f"peak RSS {summary['peak_rss_mb']:.0f} MB.",
-            "",
-            "| part | mean seconds | share |",
-            "|---|---|---|",
-        ]
-        lines += [f"| {k[:-2]} | {v:.2f} | {v / total:.1%} |" for k, v in split.items()]
-        lines.append("")
+    lines += eval_section(summary, f"{config.eval_tasks} tasks, same rollout/eval code as ES")
+    lines += time_section(summary)
     if plot:
         lines += ["## Reward curve", "", f"![reward curve]({plot})", ""]
     lines += [f"Final weights fingerprint: `{fingerprint}`", ""]

@@ -56,6 +56,40 @@ def summarize(metrics: list[dict]) -> dict:
     return summary
 
 
+def eval_section(summary: dict, what: str) -> list[str]:
+    """Markdown lines: held-out metrics before and after training (empty without evals)."""
+    if "before" not in summary:
+        return []
+    first, last = summary["eval_steps"]
+    return [
+        f"## Held-out evaluation ({what})",
+        "",
+        f"| metric | before (step {first}) | after (step {last}) |",
+        "|---|---|---|",
+        *[f"| {k} | {summary['before'][k]:.3f} | {summary['after'][k]:.3f} |" for k in EVAL_KEYS],
+        "",
+    ]
+
+
+def time_section(summary: dict) -> list[str]:
+    """Markdown lines: median seconds per step, peak RSS and the mean split of a step (empty without steps)."""
+    if "time_split" not in summary:
+        return []
+    split = summary["time_split"]
+    total = sum(split.values()) or 1.0
+    episodes = f" over {summary['episodes']} training episodes" if "episodes" in summary else ""
+    return [
+        "## Time per step",
+        "",
+        f"Median {summary['seconds_per_step']:.1f} s per step{episodes}; peak RSS {summary['peak_rss_mb']:.0f} MB.",
+        "",
+        "| part | mean seconds | share |",
+        "|---|---|---|",
+        *[f"| {k[:-2]} | {v:.2f} | {v / total:.1%} |" for k, v in split.items()],
+        "",
+    ]
+
+
 def write_report(run_dir: Path, config, metrics: list[dict], fingerprint: str) -> dict:
     run_dir = Path(run_dir)
     summary = summarize(metrics)
@@ -71,29 +105,8 @@ def write_report(run_dir: Path, config, metrics: list[dict], fingerprint: str) -
         + f", alpha {config.es.alpha:g}, seed {config.seed}.",
         "",
     ]
-    if "before" in summary:
-        first, last = summary["eval_steps"]
-        lines += [
-            f"## Held-out evaluation ({config.eval_tasks} tasks)",
-            "",
-            f"| metric | before (step {first}) | after (step {last}) |",
-            "|---|---|---|",
-        ]
-        lines += [f"| {k} | {summary['before'][k]:.3f} | {summary['after'][k]:.3f} |" for k in EVAL_KEYS]
-        lines.append("")
-    if train:
-        split = summary["time_split"]
-        total = sum(split.values()) or 1.0
-        lines += [
-            "## Time per step",
-            "",
-            f"Median {summary['seconds_per_step']:.1f} s per step; peak RSS {summary['peak_rss_mb']:.0f} MB.",
-            "",
-            "| part | mean seconds | share |",
-            "|---|---|---|",
-        ]
-        lines += [f"| {k[:-2]} | {v:.2f} | {v / total:.1%} |" for k, v in split.items()]
-        lines.append("")
+    lines += eval_section(summary, f"{config.eval_tasks} tasks")
+    lines += time_section(summary)
     if plot:
         lines += ["## Reward curve", "", f"![reward curve]({plot})", ""]
     lines += [f"Final weights fingerprint: `{fingerprint}`", ""]
