@@ -81,10 +81,10 @@ def _train_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 def cmd_train(argv: list[str]) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from esopt.train.config import load_config
     from esopt.train.es_trainer import ESTrainer
+    from esopt.train.report import print_summary
 
     args = _train_parser(argv).parse_args(argv)
     console = Console()
@@ -101,20 +101,7 @@ def cmd_train(argv: list[str]) -> int:
         console.rule("resolved config")
         console.print(config.to_yaml(), highlight=False)
         trainer = ESTrainer.start(config, console=console)
-    summary = trainer.run()
-    table = Table(title=f"esopt: {trainer.config.env.name} / {trainer.config.method}")
-    table.add_column("held-out metric")
-    table.add_column("before", justify="right")
-    table.add_column("after", justify="right")
-    for key in summary.get("before", {}):
-        table.add_row(key, f"{summary['before'][key]:.3f}", f"{summary['after'][key]:.3f}")
-    console.print(table)
-    if "seconds_per_step" in summary:
-        split = summary["time_split"]
-        total = sum(split.values()) or 1.0
-        parts = ", ".join(f"{k[:-2]} {v / total:.0%}" for k, v in split.items())
-        console.print(f"{summary['seconds_per_step']:.1f} s/step ({parts}); peak RSS {summary['peak_rss_mb']:.0f} MB")
-    console.print(f"run directory: {summary['run_dir']}  report: {summary['report']}")
+    print_summary(console, trainer.run(), f"esopt: {trainer.config.env.name} / {trainer.config.method}")
     return 0
 
 

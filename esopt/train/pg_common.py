@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import math
 import random
@@ -28,7 +27,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from statistics import mean, median
+from statistics import mean
 from typing import Any
 
 import torch
@@ -40,7 +39,7 @@ from esopt.es import derive_seed
 from esopt.policy.hf import HFPolicy, ModelConfig
 from esopt.rollout import RolloutConfig, Trajectory, _prompt, rollout
 from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
-from esopt.train.report import EVAL_KEYS, eval_section, time_section
+from esopt.train.report import eval_section, print_summary, summarize, time_section
 
 
 # ---- config ---------------------------------------------------------------------------------------
@@ -579,17 +578,9 @@ PG_TIME_KEYS = ("generate_s", "env_s", "score_s", "update_s")
 
 
 def summarize_pg(metrics: list[dict]) -> dict:
+    summary = summarize(metrics, "train/mean_reward", PG_TIME_KEYS)
     train = [r for r in metrics if "train/mean_reward" in r]
-    evals = [r for r in metrics if "eval/success" in r]
-    summary: dict = {"steps": len(train)}
-    if evals:
-        summary["before"] = {k: evals[0][f"eval/{k}"] for k in EVAL_KEYS}
-        summary["after"] = {k: evals[-1][f"eval/{k}"] for k in EVAL_KEYS}
-        summary["eval_steps"] = (evals[0]["step"], evals[-1]["step"])
     if train:
-        summary["seconds_per_step"] = median(r["time/step_s"] for r in train)
-        summary["time_split"] = {k: mean(r[f"time/{k}"] for r in train) for k in PG_TIME_KEYS}
-        summary["peak_rss_mb"] = max(r["mem/peak_rss_mb"] for r in train)
         summary["episodes"] = train[-1]["train/episodes"]
     return summary
 
@@ -704,7 +695,6 @@ def parse_config(argv: list[str], cls: type, prog: str, description: str, loader
 
 def cli_main(argv: list[str], config_cls: type, trainer_cls: type, description: str) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     config = parse_config(argv, config_cls, f"esopt {trainer_cls.method}", description)
     config.validate()
@@ -712,20 +702,5 @@ def cli_main(argv: list[str], config_cls: type, trainer_cls: type, description: 
     console.rule("resolved config")
     console.print(config.to_yaml(), highlight=False)
     summary = trainer_cls.start(config, console=console).run()
-    table = Table(title=f"esopt: {config.env.name} / {trainer_cls.method}")
-    for column in ("held-out metric", "before", "after"):
-        table.add_column(column, justify="left" if column.startswith("held") else "right")
-    for key in summary.get("before", {}):
-        table.add_row(key, f"{summary['before'][key]:.3f}", f"{summary['after'][key]:.3f}")
-    console.print(table)
-    if "seconds_per_step" in summary:
-        split = summary["time_split"]
-        total = sum(split.values()) or 1.0
-        parts = ", ".join(f"{k[:-2]} {v / total:.0%}" for k, v in split.items())
-        console.print(f"{summary['seconds_per_step']:.1f} s/step ({parts}); peak RSS {summary['peak_rss_mb']:.0f} MB")
-    console.print(f"run directory: {summary['run_dir']}  report: {summary['report']}")
+    print_summary(console, summary, f"esopt: {config.env.name} / {trainer_cls.method}")
     return 0
-
-
-def dataclass_fields_dict(cfg) -> dict:
-    return dataclasses.asdict(cfg)

@@ -41,8 +41,9 @@ def _plot(run_dir: Path, train: list[dict], evals: list[dict]) -> str | None:
     return name
 
 
-def summarize(metrics: list[dict]) -> dict:
-    train = [r for r in metrics if "train/fitness_mean" in r]
+def summarize(metrics: list[dict], train_key: str = "train/fitness_mean", time_keys=TIME_KEYS) -> dict:
+    """Before/after held-out metrics, median step time, mean time split and peak RSS of a run's metrics."""
+    train = [r for r in metrics if train_key in r]
     evals = [r for r in metrics if "eval/success" in r]
     summary: dict = {"steps": len(train)}
     if evals:
@@ -51,9 +52,28 @@ def summarize(metrics: list[dict]) -> dict:
         summary["eval_steps"] = (evals[0]["step"], evals[-1]["step"])
     if train:
         summary["seconds_per_step"] = median(r["time/step_s"] for r in train)
-        summary["time_split"] = {k: mean(r[f"time/{k}"] for r in train) for k in TIME_KEYS}
+        summary["time_split"] = {k: mean(r[f"time/{k}"] for r in train) for k in time_keys}
         summary["peak_rss_mb"] = max(r["mem/peak_rss_mb"] for r in train)
     return summary
+
+
+def print_summary(console, summary: dict, title: str) -> None:
+    """The end-of-run table (held-out before/after), time split and where the run directory is."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("held-out metric")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    for key in summary.get("before", {}):
+        table.add_row(key, f"{summary['before'][key]:.3f}", f"{summary['after'][key]:.3f}")
+    console.print(table)
+    if "seconds_per_step" in summary:
+        split = summary["time_split"]
+        total = sum(split.values()) or 1.0
+        parts = ", ".join(f"{k[:-2]} {v / total:.0%}" for k, v in split.items())
+        console.print(f"{summary['seconds_per_step']:.1f} s/step ({parts}); peak RSS {summary['peak_rss_mb']:.0f} MB")
+    console.print(f"run directory: {summary['run_dir']}  report: {summary['report']}")
 
 
 def eval_section(summary: dict, what: str) -> list[str]:
