@@ -14,10 +14,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from esopt.confutil import ConfigError
+from esopt.dist import Evaluator, LocalEvaluator
 from esopt.envs import make_env
 from esopt.es import HistoryWriter, Strategy, derive_seed, read_history
 from esopt.policy.base import Policy
-from esopt.rollout import RolloutResult, rollout
+from esopt.rollout import rollout
 from esopt.train.config import TrainConfig, load_config
 from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
 from esopt.train.report import write_report
@@ -71,6 +72,7 @@ class ESTrainer:
         self.env = make_env(config.env.name, config.env.options)
         self.strategy = Strategy(config.es, config.steps, config.seed)
         self.eval_tasks = self.env.tasks("eval", config.eval_tasks, config.eval_seed)
+        self.evaluator: Evaluator = LocalEvaluator(policy, self.env)
 
     # ---- construction ----------------------------------------------------------------------
     @classmethod
@@ -135,31 +137,19 @@ class ESTrainer:
         members = self.strategy.ask(step)
         tasks = self.env.tasks("train", cfg.tasks_per_step, derive_seed(cfg.seed, "tasks", step))
         decode_seed = derive_seed(cfg.seed, "decode", step)  # common random numbers across members
-        fitness: list[float] = []
-        results: list[RolloutResult] = []
-        perturb_s = restore_s = 0.0
-        for member in members:
-            t0 = time.perf_counter()
-            with self.policy.perturbed(member):
-                t1 = time.perf_counter()
-                result = rollout(self.policy, self.env, tasks, cfg.rollout, seed=decode_seed)
-                t2 = time.perf_counter()
-            restore_s += time.perf_counter() - t2
-            perturb_s += t1 - t0
-            fitness.append(result.metrics["mean_reward"])
-            results.append(result)
+        results = self.evaluator.evaluate(
+            members, tasks, cfg.rollout, decode_seed, keep_trajectories=cfg.trajectories_per_step
+        )
+        fitness = [r.fitness for r in results]
         update = self.strategy.tell(step, members, fitness)
         t0 = time.perf_counter()
-        self.policy.apply(update)
+        self.evaluator.apply(update)
         update_s = time.perf_counter() - t0
         self.history.append(update)
         if cfg.trajectories_per_step:
             write_trajectories(
                 self.run_dir / "trajectories" / "train.jsonl",
-                [
-                    {"step": step, "member": 0, "fitness": fitness[0], **t.to_json()}
-                    for t in results[0].trajectories[: cfg.trajectories_per_step]
-                ],
+                [{"step": step, "member": 0, "fitness": fitness[0], **t} for t in results[0].trajectories],
             )
         n = len(results)
         return {
@@ -174,8 +164,8 @@ class ESTrainer:
             "time/step_s": time.perf_counter() - start_step,
             "time/generate_s": sum(r.generate_s for r in results),
             "time/env_s": sum(r.env_s for r in results),
-            "time/perturb_s": perturb_s,
-            "time/restore_s": restore_s,
+            "time/perturb_s": sum(r.perturb_s for r in results),
+            "time/restore_s": sum(r.restore_s for r in results),
             "time/update_s": update_s,
             "mem/peak_rss_mb": peak_rss_mb(),
         }
