@@ -20,6 +20,7 @@ _FACTORIES: dict[str, Callable[[], AHDTask]] = {}
 
 def _register() -> None:
     from esopt.envs.ahd.aco import AcoBinPacking, AcoCVRP, AcoTSP
+    from esopt.envs.ahd.admissible_sym import AdmissibleSetSymmetric
     from esopt.envs.ahd.admissible_task import AdmissibleSet
     from esopt.envs.ahd.constructive import Knapsack, TSPConstructive
 
@@ -29,7 +30,7 @@ def _register() -> None:
         "knapsack50": lambda: Knapsack(50, 12.5),
         "knapsack100": lambda: Knapsack(100, 25.0),
         "admissible_15_10": lambda: AdmissibleSet(15, 10),
-        "admissible_21_15": lambda: AdmissibleSet(21, 15),
+        "admissible_21_15": lambda: AdmissibleSetSymmetric(21, 15),  # symmetric (7-tuple) formulation
         "aco_tsp50": lambda: AcoTSP(50),
         "aco_tsp100": lambda: AcoTSP(100),
         "aco_cvrp50": lambda: AcoCVRP(50),
