@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from esopt.confutil import ConfigError, opt
 from esopt.envs.base import Env, Task
-from esopt.es import derive_seed
+from esopt.es import Member, derive_seed
 from esopt.policy.base import Policy, SamplingConfig
 
 
@@ -16,6 +16,7 @@ class RolloutConfig:
     guided_decoding: bool = opt(True, "constrain replies to the env's action regex when the env declares one")
     history_turns: int = opt(-1, "past turns kept in the prompt: -1 = all, 0 = only the current observation")
     sampling: SamplingConfig = opt(SamplingConfig(), "decoding settings")
+    skill: str = opt("", "path of a skill document (SKILL.md) appended to the system prompt ('' = none)")
 
     def __post_init__(self):
         if self.history_turns < -1:
@@ -36,6 +37,8 @@ class Trajectory:
     done: bool = False
     final_info: dict = field(default_factory=dict)
     """The env's info dict from the last turn (e.g. success, category, anls)."""
+    skill_version: str = ""
+    """Version and content hash ("v3-1a2b3c4d") of the skill document in the system prompt; "" = none."""
 
     @property
     def reward(self) -> float:
@@ -77,14 +80,40 @@ def _prompt(messages: list[dict], history_turns: int) -> list[dict]:
     return system + rest[-keep:]
 
 
-def rollout(policy: Policy, env: Env, tasks: list[Task], config: RolloutConfig, seed: int = 0) -> RolloutResult:
-    """Run one episode per task to completion; episodes end on done (envs enforce their max_turns)."""
+def system_prompt(env: Env, config: RolloutConfig) -> tuple[str, str]:
+    """The env's system prompt with the skill document (if any) after it, and the skill's version tag."""
+    if not config.skill:
+        return env.system_prompt, ""
+    from esopt.skills.document import SkillError, load_cached
+
+    try:
+        skill = load_cached(config.skill)
+    except SkillError as e:
+        raise ConfigError(f"rollout.skill: {e}") from None
+    return f"{env.system_prompt}\n\n{skill.text.strip()}", skill.tag
+
+
+def rollout(
+    policy: Policy,
+    env: Env,
+    tasks: list[Task],
+    config: RolloutConfig,
+    seed: int = 0,
+    members: list[Member | None] | None = None,
+) -> RolloutResult:
+    """Run one episode per task to completion; episodes end on done (envs enforce their max_turns).
+    `members` (one per task) plays each episode with its ES member's weights in one batched generate
+    (population batching; see Policy.generate)."""
+    if members is not None and len(members) != len(tasks):
+        raise ValueError(f"rollout got {len(tasks)} tasks but {len(members)} members")
     episodes = [env.start(task) for task in tasks]
+    system, skill_version = system_prompt(env, config)
     trajectories = [
         Trajectory(
             task_id=task.id,
+            skill_version=skill_version,
             messages=[
-                {"role": "system", "content": env.system_prompt},
+                {"role": "system", "content": system},
                 {"role": "user", "content": episode.observation},
             ],
         )
@@ -97,7 +126,8 @@ def rollout(policy: Policy, env: Env, tasks: list[Task], config: RolloutConfig, 
         chats = [_prompt(trajectories[i].messages, config.history_turns) for i in live]
         start = time.perf_counter()
         regexes = [(episodes[i].action_regex or env.action_regex) if config.guided_decoding else None for i in live]
-        replies = policy.generate(chats, config.sampling, action_regex=regexes, seed=derive_seed(seed, turn))
+        row_members = {} if members is None else {"members": [members[i] for i in live]}
+        replies = policy.generate(chats, config.sampling, action_regex=regexes, seed=derive_seed(seed, turn), **row_members)
         generate_s += time.perf_counter() - start
         start = time.perf_counter()
         still_live = []

@@ -1,10 +1,13 @@
 """Pure-torch math of Agentic ESOpt: noise, fitness shaping, schedules, strategies and update history."""
 
 from esopt.es.history import HistoryWriter, read_history, replay
+from esopt.es.lowrank import is_matrix, lowrank_direction, lowrank_factors, lowrank_perturbation, stacked_factors
 from esopt.es.noise import CHUNK_NUMEL, derive_seed, member_seeds, subspace_mask, tensor_noise
 from esopt.es.schedule import SCHEDULE_KINDS, Schedule
 from esopt.es.shaping import SHAPING_METHODS, shape_fitness
 from esopt.es.strategy import (
+    LOWRANK_VECTORS,
+    NOISE_TYPES,
     STRATEGIES,
     ESConfig,
     Member,
@@ -17,6 +20,8 @@ from esopt.es.strategy import (
 
 __all__ = [
     "CHUNK_NUMEL",
+    "LOWRANK_VECTORS",
+    "NOISE_TYPES",
     "SCHEDULE_KINDS",
     "SHAPING_METHODS",
     "STRATEGIES",
@@ -28,6 +33,11 @@ __all__ = [
     "Update",
     "apply_update",
     "derive_seed",
+    "is_matrix",
+    "lowrank_direction",
+    "lowrank_factors",
+    "lowrank_perturbation",
+    "stacked_factors",
     "member_seeds",
     "perturb_tensor",
     "read_history",

