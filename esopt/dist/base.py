@@ -36,12 +36,24 @@ class Evaluator(abc.ABC):
         `keep_trajectories` trajectories (as dicts) are returned per member."""
 
     @abc.abstractmethod
-    def apply(self, update: Update) -> None:
-        """Apply the update on every replica."""
+    def apply(self, update: Update, verify: bool = True) -> None:
+        """Apply the update on every replica. With `verify`, return only once every replica has it and
+        matches (RuntimeError naming the ones that differ); without, replicas may apply it later."""
 
     @abc.abstractmethod
     def fingerprints(self) -> list[str]:
         """The weight fingerprint of every replica (all equal when they are in sync)."""
+
+    def verify(self) -> None:
+        """Wait for every update sent so far and raise RuntimeError if a replica differs."""
+
+    def rebase(self, checkpoint: str, version: int) -> None:
+        """A checkpoint of the current weights (after `version` updates) was saved: replicas rebuilt
+        from now on may start from it instead of replaying every update from the base weights."""
+
+    def metrics(self) -> dict[str, float]:
+        """Evaluator-side numbers for metrics.jsonl (e.g. worker restarts and memory)."""
+        return {}
 
     def close(self) -> None:
         """Release workers."""

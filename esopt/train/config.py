@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,12 +21,63 @@ class EnvSection:
     options: dict = opt({}, "env-specific options, e.g. size and empty_cells for sudoku (`esopt envs` lists them)")
 
 
+DIST_MODES = ("sync", "async")
+
+
+@dataclass
+class DistSection:
+    """Where members are evaluated: in the trainer process, or on Ray actors with one replica each."""
+
+    workers: int = opt(
+        0,
+        "Ray actors evaluating members, each holding its own policy replica (0 = evaluate in the trainer "
+        "process, no Ray; >0 needs the `ray` extra: pip install 'esopt[ray]')",
+    )
+    ray_address: str | None = opt(
+        None, "join this running Ray cluster (e.g. 'auto'); null = start a local one sized to this machine's cores"
+    )
+    threads_per_worker: int = opt(
+        0, "torch CPU threads (and Ray CPUs) per actor; 0 = cores // workers. workers x threads must fit the cores"
+    )
+    mode: str = opt(
+        "sync",
+        "'sync': each step evaluates all G members, then updates. 'async': bounded-staleness asynchronous ES "
+        "(method async-es): workers evaluate members continuously against the weights version they hold; a result "
+        "more than max_lag updates stale is discarded; an update is committed every commit_every accepted results "
+        "(needs workers >= 1; max_lag 0 with commit_every = population is exactly synchronous ES)",
+    )
+    max_lag: int = opt(1, "async: L, the largest lag (updates committed since a result's weights version) still used")
+    commit_every: int = opt(0, "async: M, accepted results per committed update (0 = es.population)")
+    max_restarts: int = opt(3, "dead workers replaced (replayed from the base weights) per step before the run fails")
+
+    def validate(self, es: ESConfig) -> None:
+        for name in ("workers", "threads_per_worker", "max_lag", "commit_every", "max_restarts"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"dist.{name} must be an integer >= 0, got {value!r}")
+        if self.mode not in DIST_MODES:
+            raise ConfigError(f"dist.mode must be one of {', '.join(DIST_MODES)}, got {self.mode!r}")
+        if self.mode == "async":
+            if self.workers < 1:
+                raise ConfigError("dist.mode async needs dist.workers >= 1 (asynchronous ES runs on Ray workers)")
+            if es.strategy == "copes" and self.max_lag > 0:
+                raise ConfigError(
+                    "dist.mode async with es.strategy copes needs dist.max_lag 0 (one update holds one partition)"
+                )
+        if self.workers > 0 and importlib.util.find_spec("ray") is None:
+            raise ConfigError(
+                f"dist.workers {self.workers} evaluates members on Ray, which is not installed; install it with: "
+                "pip install 'esopt[ray]'  (or set dist.workers 0)"
+            )
+
+
 @dataclass
 class TrainConfig:
     model: ModelConfig = opt(ModelConfig(), "the policy model")
     env: EnvSection = opt(EnvSection(), "the task environment")
     es: ESConfig = opt(ESConfig(), "evolution-strategy hyperparameters")
     rollout: RolloutConfig = opt(RolloutConfig(), "how episodes are run (training and evaluation)")
+    dist: DistSection = opt(DistSection(), "where members are evaluated (local or Ray workers; sync or async ES)")
     steps: int = opt(10, "ES steps (updates)")
     tasks_per_step: int = opt(8, "N: training tasks per step; every member sees the same N tasks")
     eval_tasks: int = opt(32, "held-out tasks per evaluation (the same tasks every time)")
@@ -40,6 +92,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         self.es.validate()
+        self.dist.validate(self.es)
         for name in ("steps", "tasks_per_step", "eval_tasks"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -52,7 +105,17 @@ class TrainConfig:
 
     @property
     def method(self) -> str:
-        return self.es.strategy
+        """The run's method name: the ES strategy, with +lowrank and +async when those are on."""
+        return (
+            self.es.strategy
+            + ("+lowrank" if self.es.noise == "lowrank" else "")
+            + ("+async" if self.dist.mode == "async" else "")
+        )
+
+    @property
+    def commit_every(self) -> int:
+        """Async ES: accepted results per update (dist.commit_every, 0 = the population)."""
+        return self.dist.commit_every or self.es.population
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(to_dict(self), sort_keys=False)

@@ -3,18 +3,22 @@ checkpoints, an append-only update history, resume and a report."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from esopt.confutil import ConfigError
 from esopt.dist import Evaluator, LocalEvaluator
+from esopt.dist.async_es import AsyncES
+from esopt.dist.replica import model_policy
 from esopt.envs import make_env
 from esopt.es import HistoryWriter, Strategy, derive_seed, read_history
 from esopt.policy.base import Policy
@@ -27,9 +31,7 @@ CHECKPOINT_PREFIX = "step_"
 
 
 def new_run_dir(config: TrainConfig) -> Path:
-    name = config.run_name or (
-        f"{config.env.name}__{config.method}__{config.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    )
+    name = config.run_name or f"{config.env.name}__{config.method}__{config.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(config.runs_dir) / name
     if (run_dir / "history.jsonl").exists():
         raise ConfigError(f"run directory {run_dir} already holds a run; resume it with --resume {run_dir}")
@@ -63,7 +65,16 @@ class EvalResult:
 
 
 class ESTrainer:
-    def __init__(self, config: TrainConfig, run_dir: Path, policy: Policy, console: Console | None = None):
+    def __init__(
+        self,
+        config: TrainConfig,
+        run_dir: Path,
+        policy: Policy,
+        console: Console | None = None,
+        policy_factory: Callable[[], Policy] | None = None,
+    ):
+        """`policy_factory` (dist.workers > 0): a picklable callable each Ray worker calls to build its
+        replica with the run's base weights; default: load config.model."""
         config.validate()
         self.config = config
         self.run_dir = Path(run_dir)
@@ -72,25 +83,86 @@ class ESTrainer:
         self.env = make_env(config.env.name, config.env.options)
         self.strategy = Strategy(config.es, config.steps, config.seed)
         self.eval_tasks = self.env.tasks("eval", config.eval_tasks, config.eval_seed)
-        self.evaluator: Evaluator = LocalEvaluator(policy, self.env)
+        self.policy_factory = policy_factory or functools.partial(model_policy, config.model)
+        self.evaluator: Evaluator | None = None  # built by run(), once the weights are restored
+        self.async_es: AsyncES | None = None
+        self._restore_point: tuple[Path | None, int, list] = (None, 0, [])
+        """(checkpoint or None = base weights, its update count, the updates replayed after it)."""
 
     # ---- construction ----------------------------------------------------------------------
     @classmethod
-    def start(cls, config: TrainConfig, policy: Policy | None = None, console: Console | None = None) -> "ESTrainer":
+    def start(
+        cls,
+        config: TrainConfig,
+        policy: Policy | None = None,
+        console: Console | None = None,
+        policy_factory: Callable[[], Policy] | None = None,
+    ) -> "ESTrainer":
         """A new run: creates the run directory and saves the resolved config."""
         config.validate()
         run_dir = new_run_dir(config)
         (run_dir / "config.yaml").write_text(config.to_yaml())
-        return cls(config, run_dir, policy or _load_policy(config), console)
+        return cls(config, run_dir, policy or _load_policy(config), console, policy_factory)
 
     @classmethod
-    def resume(cls, run_dir: str | Path, policy: Policy | None = None, console: Console | None = None) -> "ESTrainer":
+    def resume(
+        cls,
+        run_dir: str | Path,
+        policy: Policy | None = None,
+        console: Console | None = None,
+        policy_factory: Callable[[], Policy] | None = None,
+    ) -> "ESTrainer":
         """Continue a run from its directory: base weights + latest checkpoint + history replay."""
         run_dir = Path(run_dir)
         if not (run_dir / "config.yaml").exists():
             raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
         config = load_config(run_dir / "config.yaml")
-        return cls(config, run_dir, policy or _load_policy(config), console)
+        return cls(config, run_dir, policy or _load_policy(config), console, policy_factory)
+
+    def _make_evaluator(self) -> Evaluator:
+        """LocalEvaluator (dist.workers 0) or RayEvaluator, whose workers reach the policy's current
+        weights from the same checkpoint plus a replay of the same updates."""
+        dist = self.config.dist
+        if dist.workers == 0:
+            return LocalEvaluator(self.policy, self.env)
+        from esopt.dist.ray_evaluator import RayEvaluator
+
+        checkpoint, base_version, updates = self._restore_point
+        evaluator = RayEvaluator(
+            self.policy,
+            self.config.env.name,
+            self.config.env.options,
+            self.policy_factory,
+            workers=dist.workers,
+            threads_per_worker=dist.threads_per_worker,
+            ray_address=dist.ray_address,
+            checkpoint=None if checkpoint is None else str(checkpoint),
+            base_version=base_version,
+            updates=updates,
+            max_restarts=dist.max_restarts,
+            log=self.console.print,
+        )
+        self.console.print(
+            f"evaluating on {dist.workers} Ray workers x {evaluator.threads} thread(s)"
+            + (f", asynchronous ES (max_lag {dist.max_lag}, commit_every {self.config.commit_every})" if dist.mode == "async" else "")
+        )
+        if dist.mode == "async":
+            self.async_es = AsyncES(
+                evaluator,
+                self.strategy,
+                self._work_for,
+                self.config.rollout,
+                max_lag=dist.max_lag,
+                commit_every=self.config.commit_every,
+                keep_trajectories=self.config.trajectories_per_step,
+            )
+        return evaluator
+
+    def _work_for(self, step: int) -> tuple[list, int]:
+        """The tasks and decoding seed of the members evaluated at weights version `step`."""
+        cfg = self.config
+        tasks = self.env.tasks("train", cfg.tasks_per_step, derive_seed(cfg.seed, "tasks", step))
+        return tasks, derive_seed(cfg.seed, "decode", step)  # common random numbers across members
 
     # ---- state -------------------------------------------------------------------------------
     def _restore_progress(self) -> int:
@@ -101,12 +173,14 @@ class ESTrainer:
                 raise ConfigError(f"{self.run_dir}/history.jsonl is out of order at line {expected + 1}")
         usable = [(k, path) for k, path in checkpoints(self.run_dir) if k <= len(history)]
         first = 0
+        self._restore_point = (None, 0, history)
         if usable:
             first, path = usable[-1]
             self.policy.load_master_weights(load_checkpoint_weights(path))
             expected = json.loads((path / "esopt.json").read_text())["fingerprint"]
             if self.policy.fingerprint() != expected:
                 raise RuntimeError(f"checkpoint {path} does not match its recorded fingerprint")
+            self._restore_point = (path, first, history[first:])
         for update in history[first:]:
             self.policy.apply(update)
         return len(history)
@@ -115,12 +189,18 @@ class ESTrainer:
         path = self.run_dir / "checkpoints" / f"{CHECKPOINT_PREFIX}{updates:05d}"
         self.policy.save(str(path))
         (path / "esopt.json").write_text(json.dumps({"updates": updates, "fingerprint": self.policy.fingerprint()}))
+        if self.evaluator is not None:
+            if self.async_es is not None:
+                self.async_es.drain()  # no job in flight may need a replica older than the new base
+            self.evaluator.rebase(str(path), updates)  # older checkpoints may be deleted below
         for _, old in checkpoints(self.run_dir)[: -self.config.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
         return path
 
     # ---- evaluation --------------------------------------------------------------------------
     def evaluate(self, step: int) -> EvalResult:
+        if self.async_es is not None:
+            self.async_es.drain()  # no worker competes with the driver for the CPUs meanwhile
         start = time.perf_counter()
         result = rollout(self.policy, self.env, self.eval_tasks, self.config.rollout, seed=self.config.eval_seed)
         seconds = time.perf_counter() - start
@@ -134,17 +214,26 @@ class ESTrainer:
     def _train_step(self, step: int) -> dict[str, float]:
         cfg = self.config
         start_step = time.perf_counter()
-        members = self.strategy.ask(step)
-        tasks = self.env.tasks("train", cfg.tasks_per_step, derive_seed(cfg.seed, "tasks", step))
-        decode_seed = derive_seed(cfg.seed, "decode", step)  # common random numbers across members
-        results = self.evaluator.evaluate(
-            members, tasks, cfg.rollout, decode_seed, keep_trajectories=cfg.trajectories_per_step
-        )
-        fitness = [r.fitness for r in results]
-        update = self.strategy.tell(step, members, fitness)
-        t0 = time.perf_counter()
-        self.evaluator.apply(update)
+        extra: dict[str, float] = {}
+        if self.async_es is not None:
+            commit = self.async_es.next_update(step)
+            results, update = commit.results, commit.update
+            fitness = update.fitness
+            extra.update(commit.metrics)
+            t0 = time.perf_counter()
+            self.evaluator.apply(update, verify=False)  # busy workers apply it when they pick up new work
+        else:
+            members = self.strategy.ask(step)
+            tasks, decode_seed = self._work_for(step)
+            results = self.evaluator.evaluate(
+                members, tasks, cfg.rollout, decode_seed, keep_trajectories=cfg.trajectories_per_step
+            )
+            fitness = [r.fitness for r in results]
+            update = self.strategy.tell(step, members, fitness)
+            t0 = time.perf_counter()
+            self.evaluator.apply(update)
         update_s = time.perf_counter() - t0
+        extra.update(self.evaluator.metrics())
         self.history.append(update)
         if cfg.trajectories_per_step:
             write_trajectories(
@@ -168,6 +257,7 @@ class ESTrainer:
             "time/restore_s": sum(r.restore_s for r in results),
             "time/update_s": update_s,
             "mem/peak_rss_mb": peak_rss_mb(),
+            **extra,
         }
 
     def _log_eval(self, result: EvalResult) -> None:
@@ -183,9 +273,16 @@ class ESTrainer:
         )
 
     def run(self) -> dict:
-        cfg = self.config
         self.metrics = MetricsLogger(self.run_dir)
         done = self._restore_progress()
+        self.evaluator = self._make_evaluator()
+        try:
+            return self._run(done)
+        finally:
+            self.evaluator.close()
+
+    def _run(self, done: int) -> dict:
+        cfg = self.config
         self.history = HistoryWriter(self.run_dir / "history.jsonl")
         if done:
             self.console.print(f"resuming {self.run_dir} after {done} of {cfg.steps} steps")
@@ -213,6 +310,9 @@ class ESTrainer:
                     last_eval = updates
                 if cfg.checkpoint_every and updates % cfg.checkpoint_every == 0 and updates < cfg.steps:
                     self.save_checkpoint(updates)
+        if self.async_es is not None:
+            self.async_es.drain()
+            self.evaluator.verify()  # every worker has every update and matches the driver
         if last_eval != cfg.steps:
             self._log_eval(self.evaluate(cfg.steps))
         if not any(k == cfg.steps for k, _ in checkpoints(self.run_dir)):
@@ -225,6 +325,6 @@ class ESTrainer:
 
 
 def _load_policy(config: TrainConfig) -> Policy:
-    from esopt.policy.hf import HFPolicy
+    from esopt.policy import load_policy
 
-    return HFPolicy.load(config.model)
+    return load_policy(config.model)

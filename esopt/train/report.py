@@ -121,7 +121,7 @@ def write_report(run_dir: Path, config, metrics: list[dict], fingerprint: str) -
         "",
         f"Model `{config.model.path}` ({config.model.dtype}), env `{config.env.name}` {config.env.options}, "
         f"G={config.es.population}, N={config.tasks_per_step} tasks/step, {config.steps} steps, "
-        f"sigma {config.es.sigma:g}" + (f" -> {config.es.sigma_final:g} (cosine)" if config.method == "agentic-esopt" else " (constant)")
+        f"sigma {config.es.sigma:g}" + (f" -> {config.es.sigma_final:g} (cosine)" if config.es.strategy in ("agentic-esopt", "copes") else " (constant)")
         + f", alpha {config.es.alpha:g}, seed {config.seed}.",
         "",
     ]
