@@ -110,7 +110,8 @@ def cmd_eval(argv: list[str]) -> int:
     from rich.console import Console
 
     from esopt.envs import make_env
-    from esopt.policy.hf import HFPolicy, ModelConfig
+    from esopt.policy import load_policy
+    from esopt.policy.hf import ModelConfig
     from esopt.rollout import RolloutConfig
     from esopt.train.evaluate import evaluate
 
@@ -133,7 +134,7 @@ def cmd_eval(argv: list[str]) -> int:
     if args.tasks < 1 or args.samples < 1:
         raise ConfigError("--tasks and --samples must be >= 1")
     env = make_env(getattr(args, "env_name", "sudoku"), _env_overrides(args))
-    policy = HFPolicy.load(model)
+    policy = load_policy(model)
     report = evaluate(policy, env, env.tasks(args.split, args.tasks, args.seed), rollout_config, args.samples, args.seed, args.out)
     console = Console()
     for key, value in report.items():
@@ -144,7 +145,7 @@ def cmd_eval(argv: list[str]) -> int:
 # ---- replay --------------------------------------------------------------------------------------
 def cmd_replay(argv: list[str]) -> int:
     from esopt.es import read_history
-    from esopt.policy.hf import HFPolicy
+    from esopt.policy import load_policy
     from esopt.train.config import load_config
 
     parser = argparse.ArgumentParser(prog="esopt replay", description="Rebuild a run's weights from the base model and its history.jsonl.")
@@ -157,7 +158,7 @@ def cmd_replay(argv: list[str]) -> int:
         raise ConfigError(f"{run_dir} has no history.jsonl")
     config = load_config(run_dir / "config.yaml")
     history = read_history(run_dir / "history.jsonl")[: args.steps]
-    policy = HFPolicy.load(config.model)
+    policy = load_policy(config.model)
     for update in history:
         policy.apply(update)
     policy.save(args.out)
@@ -207,6 +208,12 @@ def cmd_compare(argv: list[str]) -> int:
     return main(argv)
 
 
+def cmd_skill(argv: list[str]) -> int:
+    from esopt.train.skill import main
+
+    return main(argv)
+
+
 COMMANDS = {
     "train": cmd_train,
     "eval": cmd_eval,
@@ -216,6 +223,7 @@ COMMANDS = {
     "grpo": cmd_grpo,
     "ppo": cmd_ppo,
     "compare": cmd_compare,
+    "skill": cmd_skill,
 }
 
 

@@ -371,9 +371,9 @@ class AHDRun:
         run_dir = new_run_dir(config)
         (run_dir / "config.yaml").write_text(config.to_yaml())
         if policy is None:
-            from esopt.policy.hf import HFPolicy
+            from esopt.policy import load_policy
 
-            policy = HFPolicy.load(config.model)
+            policy = load_policy(config.model)
         return cls(config, run_dir, policy, console)
 
     # ---- generation --------------------------------------------------------------------------

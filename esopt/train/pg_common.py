@@ -99,6 +99,8 @@ class PGConfig:
 
     def validate(self) -> None:
         self.optim.validate()
+        if self.model.backend != "hf":
+            raise ConfigError("GRPO/PPO backpropagate through the model: they need model.backend: hf")
         for name in ("steps", "tasks_per_step", "group_size", "eval_tasks"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -667,9 +669,9 @@ def _config_file(argv: list[str]) -> str | None:
     return None
 
 
-def parse_config(argv: list[str], cls: type, prog: str, description: str, loader=None):
-    """Build a config from --config YAML plus flag overrides (flags win), env flags included."""
-    loader = loader or (lambda path: load_pg_config(cls, path))
+def config_parser(argv: list[str], cls: type, prog: str, description: str, loader, skip: tuple[str, ...] = ("env.",)) -> argparse.ArgumentParser:
+    """A parser with --config, --env and its --env.* options (of the env named in argv or the YAML) and
+    one flag per config field (except those under `skip`)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--config", help="YAML config (configs/*.yaml); flags override it")
     config_file = _config_file(argv)
@@ -678,10 +680,14 @@ def parse_config(argv: list[str], cls: type, prog: str, description: str, loader
         try:
             default_env = loader(config_file).env.name
         except ConfigError:
-            pass
+            pass  # reported when the config is loaded
     add_env_flags(parser, argv, default_env)
-    add_config_flags(parser, cls, skip=("env.",))
-    args = parser.parse_args(argv)
+    add_config_flags(parser, cls, skip=skip)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace, loader):
+    """The YAML config (args.config) with the env choice, env options and field flags applied (flags win)."""
     config = loader(args.config)
     if hasattr(args, "env_name") and args.env_name != config.env.name:
         config.env.name = args.env_name
@@ -691,6 +697,13 @@ def parse_config(argv: list[str], cls: type, prog: str, description: str, loader
         if key.startswith("cfg:"):
             set_path(config, key[4:], value)
     return config
+
+
+def parse_config(argv: list[str], cls: type, prog: str, description: str, loader=None):
+    """Build a config from --config YAML plus flag overrides (flags win), env flags included."""
+    loader = loader or (lambda path: load_pg_config(cls, path))
+    args = config_parser(argv, cls, prog, description, loader).parse_args(argv)
+    return config_from_args(args, loader)
 
 
 def cli_main(argv: list[str], config_cls: type, trainer_cls: type, description: str) -> int:
