@@ -25,6 +25,7 @@ KINDS = ("inference", "es", "grpo")
 def _child(kind: str, args: argparse.Namespace) -> dict:
     from rich.console import Console
 
+    from esopt.dist import LocalEvaluator
     from esopt.envs import make_env
     from esopt.es import HistoryWriter
     from esopt.policy.hf import HFPolicy
@@ -50,6 +51,7 @@ def _child(kind: str, args: argparse.Namespace) -> dict:
             es_config.runs_dir, es_config.run_name = runs, "es"
             trainer = ESTrainer.start(es_config, policy=policy, console=Console(quiet=True))
             trainer.history = HistoryWriter(Path(runs) / "es" / "history.jsonl")
+            trainer.evaluator = LocalEvaluator(policy, trainer.env)
             trainer._train_step(0)  # one step without the evaluations and checkpoint around it
         else:
             from esopt.train.grpo import GRPOConfig, GRPOTrainer
