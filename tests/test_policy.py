@@ -124,3 +124,30 @@ def test_stop_strings_cut_replies(make_tiny_policy):
     full = policy.generate(chats, SamplingConfig(max_new_tokens=12), action_regex=r"set 1 2 3")[0]
     cut = policy.generate(chats, SamplingConfig(max_new_tokens=12, stop=[" 2"]), action_regex=r"set 1 2 3")[0]
     assert full == "set 1 2 3" and cut == "set 1"
+
+
+def test_inverse_cdf_sampler_draws_from_the_softmax_and_never_a_masked_token():
+    from esopt.policy.sampling import InverseCDFSampler
+
+    torch.manual_seed(0)
+    logits = torch.tensor([[2.0, 1.0, float("-inf"), 0.0, -1.0]]).repeat(20000, 1)
+    out = InverseCDFSampler()(None, logits)
+    assert torch.isfinite(out).sum(dim=1).eq(1).all()  # exactly one token left per row
+    drawn = out.argmax(dim=1)
+    freq = torch.bincount(drawn, minlength=5).double() / len(drawn)
+    expected = torch.softmax(logits[0].double(), dim=0)
+    assert freq[2] == 0
+    assert torch.allclose(freq, expected, atol=0.012), (freq, expected)
+
+
+def test_sampled_generate_respects_top_k_and_is_reproducible(make_tiny_policy):
+    from esopt.policy.base import SamplingConfig
+
+    policy = make_tiny_policy()
+    chats = [[{"role": "user", "content": f"say something {i}"}] for i in range(6)]
+    hot = SamplingConfig(temperature=1.5, max_new_tokens=6)
+    first = policy.generate(chats, hot, seed=3)
+    assert first == policy.generate(chats, hot, seed=3)
+    assert first != policy.generate(chats, hot, seed=4)
+    top1 = SamplingConfig(temperature=1.5, top_k=1, max_new_tokens=6)  # top-1 sampling is greedy decoding
+    assert policy.generate(chats, top1, seed=5) == policy.generate(chats, SamplingConfig(max_new_tokens=6))

@@ -39,6 +39,7 @@ from esopt.es import Member, Update, apply_update, is_matrix, perturb_tensor, st
 from esopt.es.parallel import for_each_tensor
 from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master
 from esopt.policy.models import resolve_model_path
+from esopt.policy.sampling import sampling_processors
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -232,10 +233,8 @@ class HFPolicy(Policy):
             max_new_tokens=sampling.max_new_tokens,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
-            do_sample=not sampling.greedy,
+            do_sample=False,  # sampled decoding draws inside esopt.policy.sampling's processors
         )
-        if not sampling.greedy:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)
         if sampling.stop:
             kwargs["stop_strings"] = list(sampling.stop)
         return GenerationConfig(**kwargs)
@@ -280,7 +279,9 @@ class HFPolicy(Policy):
         encoded = self.tokenizer(
             texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
         ).to(self.model.device)
-        processors = LogitsProcessorList([self._regex_processor(regexes)] if any(regexes) else [])
+        processors = LogitsProcessorList(
+            ([self._regex_processor(regexes)] if any(regexes) else []) + sampling_processors(sampling)
+        )
         torch.manual_seed(seed)
         output = self.model.generate(
             **encoded,
