@@ -1,9 +1,10 @@
 """Sampling as a logits processor: temperature, top-k, top-p, then one token drawn by inverse CDF.
 
-transformers' sampled decoding draws with torch.multinomial, which costs ~100 ms per decode step for
-a batch of 64 over a 49k vocabulary on this CPU; softmax -> cumsum -> searchsorted draws from the
-same distribution in ~8 ms (isolated draws, loaded CPU; whole sampled generate calls: benchmarks/sampler.py). The processor leaves only the drawn token
-finite, so generate runs in greedy mode and picks exactly that token.
+transformers' sampled decoding draws with torch.multinomial, which took ~100 ms per decode step for
+a batch of 64 over a 49k vocabulary on this CPU (isolated draws); softmax -> cumsum -> searchsorted
+draws from the same distribution in ~8 ms. On whole sampled generate calls the gain is smaller
+(benchmarks/sampler.py). The processor leaves only the drawn token finite, so generate runs in
+greedy mode and picks exactly that token.
 """
 
 from __future__ import annotations
