@@ -124,6 +124,8 @@ def set_path(cfg: Any, path: str, value: Any) -> None:
         target = getattr(target, name)
     hint = typing.get_type_hints(type(target))[leaf]
     setattr(target, leaf, coerce(value, hint, path))
+    if hasattr(target, "__post_init__"):
+        target.__post_init__()  # the section's own checks, now on the overridden value
 
 
 def field_help(cls: type, name: str) -> str:

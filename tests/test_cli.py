@@ -21,6 +21,16 @@ def test_bad_value(capsys, tmp_path):
     assert "es.population expects int" in _error_line(capsys)
 
 
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [("--model.backend", "tpu", "model.backend must be hf or vllm"), ("--rollout.sampling.top_p", "0", "top_p")],
+)
+def test_flag_values_are_checked_like_yaml_values(capsys, tmp_path, flag, value, message):
+    assert main(["train", flag, value, "--runs_dir", str(tmp_path)]) == 2
+    assert message in _error_line(capsys)
+    assert not any(tmp_path.iterdir())  # rejected before a run directory or model load
+
+
 def test_bad_env_option(capsys, tmp_path):
     assert main(["train", "--env.size", "5", "--runs_dir", str(tmp_path)]) == 2
     assert "sudoku.size" in _error_line(capsys)
