@@ -39,7 +39,7 @@ from esopt.es import derive_seed
 from esopt.policy.hf import HFPolicy, ModelConfig
 from esopt.rollout import RolloutConfig, Trajectory, _prompt, rollout
 from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
-from esopt.train.report import eval_section, print_summary, summarize, time_section
+from esopt.train.report import eval_section, plot_reward_curve, print_summary, summarize, time_section
 
 
 # ---- config ---------------------------------------------------------------------------------------
@@ -587,34 +587,13 @@ def summarize_pg(metrics: list[dict]) -> dict:
     return summary
 
 
-def _plot(run_dir: Path, train: list[dict], evals: list[dict]) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if train:
-        ax.plot([r["step"] for r in train], [r["train/mean_reward"] for r in train], label="train: mean episode reward (sampled)")
-    if evals:
-        ax.plot([r["step"] for r in evals], [r["eval/success"] for r in evals], "o-", label="held-out success")
-    ax.set_xlabel("updates")
-    ax.set_ylabel("reward / success")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(run_dir / "reward_curve.png", dpi=120)
-    plt.close(fig)
-    return "reward_curve.png"
-
-
 def write_pg_report(run_dir: Path, config: PGConfig, method: str, metrics: list[dict], fingerprint: str) -> dict:
     summary = summarize_pg(metrics)
     train = [r for r in metrics if "train/mean_reward" in r]
     evals = [r for r in metrics if "eval/success" in r]
-    plot = _plot(run_dir, train, evals)
+    plot = plot_reward_curve(
+        run_dir, train, evals, "train/mean_reward", "train: mean episode reward (sampled)", std_key=None
+    )
     o = config.optim
     lines = [
         f"# esopt run: {config.env.name} / {method}",

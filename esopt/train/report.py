@@ -9,7 +9,17 @@ EVAL_KEYS = ("success", "mean_reward", "mean_turns", "invalid_rate")
 TIME_KEYS = ("generate_s", "env_s", "perturb_s", "restore_s", "update_s")
 
 
-def _plot(run_dir: Path, train: list[dict], evals: list[dict]) -> str | None:
+def plot_reward_curve(
+    run_dir: Path,
+    train: list[dict],
+    evals: list[dict],
+    mean_key: str = "train/fitness_mean",
+    mean_label: str = "train: mean member fitness",
+    std_key: str | None = "train/fitness_std",
+    std_label: str = "± 1 std over members",
+) -> str | None:
+    """reward_curve.png: the training curve (with a ± 1 std band when std_key is given) and held-out
+    success; returns the file name, or None without matplotlib."""
     try:
         import matplotlib
 
@@ -20,14 +30,15 @@ def _plot(run_dir: Path, train: list[dict], evals: list[dict]) -> str | None:
     fig, ax = plt.subplots(figsize=(7, 4))
     if train:
         steps = [r["step"] for r in train]
-        ax.plot(steps, [r["train/fitness_mean"] for r in train], label="train: mean member fitness")
-        ax.fill_between(
-            steps,
-            [r["train/fitness_mean"] - r["train/fitness_std"] for r in train],
-            [r["train/fitness_mean"] + r["train/fitness_std"] for r in train],
-            alpha=0.2,
-            label="± 1 std over members",
-        )
+        ax.plot(steps, [r[mean_key] for r in train], label=mean_label)
+        if std_key:
+            ax.fill_between(
+                steps,
+                [r[mean_key] - r[std_key] for r in train],
+                [r[mean_key] + r[std_key] for r in train],
+                alpha=0.2,
+                label=std_label,
+            )
     if evals:
         ax.plot([r["step"] for r in evals], [r["eval/success"] for r in evals], "o-", label="held-out success")
     ax.set_xlabel("updates")
@@ -115,7 +126,7 @@ def write_report(run_dir: Path, config, metrics: list[dict], fingerprint: str) -
     summary = summarize(metrics)
     train = [r for r in metrics if "train/fitness_mean" in r]
     evals = [r for r in metrics if "eval/success" in r]
-    plot = _plot(run_dir, train, evals)
+    plot = plot_reward_curve(run_dir, train, evals)
     lines = [
         f"# esopt run: {config.env.name} / {config.method}",
         "",

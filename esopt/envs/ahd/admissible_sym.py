@@ -57,14 +57,13 @@ is 68,768 priority calls plus a greedy of well under a second.
 from __future__ import annotations
 
 import itertools
-import math
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from esopt.envs.ahd.base import AHDTask, CandidateError
-from esopt.envs.ahd.driver import _function, decode_array, encode_array
+from esopt.envs.ahd.driver import _function, decode_array, encode_array, score_priorities
 from esopt.sandbox import Limits
 
 SYMBOL_TRIPLES = ((0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 2), (0, 2, 1), (1, 1, 1), (2, 2, 2))
@@ -303,17 +302,7 @@ def symmetric_priorities(ns: dict, payload: dict) -> dict:
     fn = _function(ns, payload["function"])
     groups, n, w = int(payload["groups"]), int(payload["n"]), int(payload["w"])
     tuples = sym_candidates(groups, w).tolist()
-    out = np.empty(len(tuples), dtype=np.float64)
-    for k, t in enumerate(tuples):
-        el = tuple(t)
-        p = fn(el, n, w)
-        if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)):
-            raise CandidateError(f"priority returned {p!r} of type {type(p).__name__}, expected a number")
-        p = float(p)
-        if math.isnan(p):
-            raise CandidateError(f"priority returned NaN for {el}")
-        out[k] = p
-    return {"priorities": encode_array(out)}
+    return {"priorities": encode_array(score_priorities(fn, map(tuple, tuples), len(tuples), n, w))}
 
 
 REFERENCE_PRIORITY = '''\

@@ -112,24 +112,27 @@ def knapsack_construct(ns: dict, payload: dict) -> dict:
     return {"selections": selections}
 
 
+def score_priorities(fn, elements, count: int, n: int, w: int) -> np.ndarray:
+    """priority(el, n, w) of each element (tuples), checked to be a real, non-NaN number."""
+    out = np.empty(count, dtype=np.float64)
+    for k, el in enumerate(elements):
+        p = fn(el, n, w)
+        if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)):
+            raise CandidateError(f"priority returned {p!r} of type {type(p).__name__}, expected a number")
+        p = float(p)
+        if math.isnan(p):
+            raise CandidateError(f"priority returned NaN for {el}")
+        out[k] = p
+    return out
+
+
 def admissible_priorities(ns: dict, payload: dict) -> dict:
     """Priority of every vector in {0,1,2}^n with exactly w nonzeros, in lexicographic order."""
     fn = _function(ns, payload["function"])
     n, w = int(payload["n"]), int(payload["w"])
     vecs = lexicographic_vectors(n, w)
-    out = np.empty(vecs.shape[0], dtype=np.float64)
-    k = 0
-    for start in range(0, vecs.shape[0], 65536):
-        for el in map(tuple, vecs[start:start + 65536].tolist()):
-            p = fn(el, n, w)
-            if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)):
-                raise CandidateError(f"priority returned {p!r} of type {type(p).__name__}, expected a number")
-            p = float(p)
-            if math.isnan(p):
-                raise CandidateError(f"priority returned NaN for {el}")
-            out[k] = p
-            k += 1
-    return {"priorities": encode_array(out)}
+    elements = (el for start in range(0, vecs.shape[0], 65536) for el in map(tuple, vecs[start:start + 65536].tolist()))
+    return {"priorities": encode_array(score_priorities(fn, elements, vecs.shape[0], n, w))}
 
 
 def heuristic_matrices(ns: dict, payload: dict) -> dict:
