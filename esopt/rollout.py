@@ -39,6 +39,8 @@ class Trajectory:
     """The env's info dict from the last turn (e.g. success, category, anls)."""
     skill_version: str = ""
     """Version and content hash ("v3-1a2b3c4d") of the skill document in the system prompt; "" = none."""
+    generated_tokens: int = 0
+    """Tokens the policy generated over all turns (0 when its backend does not count them)."""
 
     @property
     def reward(self) -> float:
@@ -57,6 +59,10 @@ class RolloutResult:
     trajectories: list[Trajectory]
     generate_s: float
     env_s: float
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(t.generated_tokens for t in self.trajectories)
 
     @property
     def metrics(self) -> dict[str, float]:
@@ -129,6 +135,10 @@ def rollout(
         row_members = {} if members is None else {"members": [members[i] for i in live]}
         replies = policy.generate(chats, config.sampling, action_regex=regexes, seed=derive_seed(seed, turn), **row_members)
         generate_s += time.perf_counter() - start
+        lengths = list(getattr(policy, "last_reply_tokens", ()))  # duck-typed policies may not count
+        if len(lengths) == len(live):
+            for i, length in zip(live, lengths):
+                trajectories[i].generated_tokens += length
         start = time.perf_counter()
         still_live = []
         for i, reply in zip(live, replies):

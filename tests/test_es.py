@@ -396,32 +396,12 @@ def test_update_json_round_trip_exact():
 # ---------------------------------------------------------------- history & replay
 
 
-def _run_steps(tmp_path, steps, cfg):
-    gen = torch.Generator().manual_seed(5)
-    base = {"a.weight": torch.randn(16, 8, generator=gen), "a.bias": torch.randn(8, generator=gen)}
-    target = {k: torch.randn(v.shape, generator=gen) for k, v in base.items()}
-    live = {k: v.clone() for k, v in base.items()}
-    st = Strategy(cfg, total_steps=steps, run_seed=2024)
-    path = tmp_path / "run" / "history.jsonl"
-    scratch = {k: torch.empty_like(v) for k, v in base.items()}
-    with HistoryWriter(path) as w:
-        for step in range(steps):
-            members = st.ask(step)
-            fitness = []
-            for m in members:
-                for k in live:
-                    perturb_tensor(k, live[k], m, scratch[k])
-                fitness.append(-sum(float(((scratch[k] - target[k]) ** 2).sum()) for k in live))
-            up = st.tell(step, members, fitness)
-            apply_update(live, up)
-            w.append(up)
-    return base, live, path
 
 
 @pytest.mark.parametrize("antithetic", [False, True])
-def test_replay_bit_exact(tmp_path, antithetic):
+def test_replay_bit_exact(tmp_path, antithetic, quadratic_es_run):
     cfg = ESConfig(population=6, antithetic=antithetic, sigma=0.05, sigma_final=0.01, alpha=0.05, alpha_final=0.01)
-    base, live, path = _run_steps(tmp_path, 4, cfg)
+    base, live, _, path = quadratic_es_run(tmp_path / "run", 4, cfg)
     base_copy = {k: v.clone() for k, v in base.items()}
     updates = read_history(path)
     assert [u.step for u in updates] == [0, 1, 2, 3]
@@ -433,9 +413,9 @@ def test_replay_bit_exact(tmp_path, antithetic):
         assert torch.equal(base[k], base_copy[k])  # replay left base untouched
 
 
-def test_read_history_truncated_and_corrupt(tmp_path):
+def test_read_history_truncated_and_corrupt(tmp_path, quadratic_es_run):
     cfg = ESConfig(population=4, sigma=0.05, alpha=0.05)
-    base, live, path = _run_steps(tmp_path, 3, cfg)
+    base, live, _, path = quadratic_es_run(tmp_path / "run", 3, cfg)
     good = path.read_text()
     full = read_history(path)
     assert len(full) == 3

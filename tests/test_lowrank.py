@@ -12,7 +12,6 @@ import torch
 from esopt.confutil import ConfigError
 from esopt.es import (
     ESConfig,
-    HistoryWriter,
     Member,
     Strategy,
     Update,
@@ -136,27 +135,10 @@ def test_config_validation_and_strategy_members():
     assert "noise" not in record and Update.from_json(record).noise == "full"
 
 
-def test_replay_bit_exact(tmp_path):
-    gen = torch.Generator().manual_seed(5)
-    base = {"a.weight": torch.randn(24, 16, generator=gen), "a.bias": torch.randn(24, generator=gen)}
-    target = {k: torch.randn(v.shape, generator=gen) for k, v in base.items()}
+def test_replay_bit_exact(tmp_path, quadratic_es_run):
     for vectors in ("frozen", "full"):
         cfg = ESConfig(noise="lowrank", rank=2, lowrank_vectors=vectors, population=6, antithetic=True, sigma=0.05, alpha=0.05)
-        st = Strategy(cfg, total_steps=4, run_seed=2024)
-        live = {k: v.clone() for k, v in base.items()}
-        scratch = {k: torch.empty_like(v) for k, v in base.items()}
-        path = tmp_path / vectors / "history.jsonl"
-        with HistoryWriter(path) as w:
-            for step in range(4):
-                members = st.ask(step)
-                fitness = []
-                for m in members:
-                    for k in live:
-                        perturb_tensor(k, live[k], m, scratch[k])
-                    fitness.append(-sum(float(((scratch[k] - target[k]) ** 2).sum()) for k in live))
-                up = st.tell(step, members, fitness)
-                apply_update(live, up)
-                w.append(up)
+        base, live, _, path = quadratic_es_run(tmp_path / vectors, 4, cfg, shapes=(("a.weight", (24, 16)), ("a.bias", (24,))))
         replayed = replay(base, read_history(path))
         for k in live:
             assert torch.equal(replayed[k], live[k]), (vectors, k)

@@ -151,3 +151,57 @@ def test_sampled_generate_respects_top_k_and_is_reproducible(make_tiny_policy):
     assert first != policy.generate(chats, hot, seed=4)
     top1 = SamplingConfig(temperature=1.5, top_k=1, max_new_tokens=6)  # top-1 sampling is greedy decoding
     assert policy.generate(chats, top1, seed=5) == policy.generate(chats, SamplingConfig(max_new_tokens=6))
+
+
+def test_reply_lengths_count_tokens_up_to_the_first_end_of_sequence():
+    from esopt.policy.hf import _reply_lengths
+
+    eos, pad = 2, 0
+    rows = torch.tensor([[5, 6, 2, 0, 0], [5, 6, 7, 8, 9], [5, 0, 0, 0, 0], [2, 0, 0, 0, 0]])
+    assert _reply_lengths(rows, eos, pad) == [3, 5, 1, 1]  # eos counts; padding after a stop string does not
+    same = torch.tensor([[5, 2, 2, 2], [5, 6, 7, 8]])  # pad == eos (SmolLM2's tokenizer)
+    assert _reply_lengths(same, eos, eos) == [2, 4]
+
+
+def test_rollout_counts_generated_tokens(make_tiny_policy):
+    from esopt.envs import make_env
+    from esopt.rollout import RolloutConfig, rollout
+
+    policy = make_tiny_policy()
+    env = make_env("sudoku", {"size": 4, "empty_cells": 2, "grammar": "format"})
+    config = RolloutConfig(history_turns=0, guided_decoding=False, sampling=SamplingConfig(max_new_tokens=6))
+    calls = []
+    generate = policy.generate
+
+    def spy(chats, *args, **kwargs):
+        replies = generate(chats, *args, **kwargs)
+        calls.append(list(policy.last_reply_tokens))
+        tokenizer = policy.tokenizer
+        for reply, length in zip(replies, policy.last_reply_tokens):
+            # A reply decodes from at most `length` tokens, and never more than max_new_tokens were generated.
+            assert len(tokenizer(reply, add_special_tokens=False)["input_ids"]) <= length + 1 and 1 <= length <= 6
+        return replies
+
+    policy.generate = spy
+    result = rollout(policy, env, env.tasks("train", 3, 0), config)
+    assert sum(len(c) for c in calls) == sum(t.turns for t in result.trajectories)
+    assert result.generated_tokens == sum(sum(c) for c in calls) > 0
+
+
+def test_min_new_tokens_suppresses_early_end_of_sequence(make_tiny_policy):
+    policy = make_tiny_policy()
+    chats = [[{"role": "user", "content": f"question {i}"}] for i in range(3)]
+    eos = policy.tokenizer.eos_token_id
+    # Make end-of-sequence the greedy choice everywhere: without min_new_tokens every reply is one token.
+    bias = torch.zeros(policy.model.config.vocab_size)
+    bias[eos] = 1e4
+    handle = policy.model.lm_head.register_forward_hook(lambda m, a, out: out + bias.to(out.dtype))
+    try:
+        policy.generate(chats, SamplingConfig(max_new_tokens=7))
+        assert list(policy.last_reply_tokens) == [1, 1, 1]
+        policy.generate(chats, SamplingConfig(max_new_tokens=7, min_new_tokens=5))
+        assert list(policy.last_reply_tokens) == [6, 6, 6]  # 5 forced tokens, then the end-of-sequence token
+    finally:
+        handle.remove()
+    with pytest.raises(ValueError, match="min_new_tokens"):
+        SamplingConfig(max_new_tokens=4, min_new_tokens=5)

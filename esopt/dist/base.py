@@ -22,6 +22,7 @@ class MemberResult:
     env_s: float = 0.0
     perturb_s: float = 0.0
     restore_s: float = 0.0
+    generated_tokens: int = 0
     trajectories: list[dict] = field(default_factory=list)
 
 

@@ -29,6 +29,7 @@ def evaluate_member(
         env_s=result.env_s,
         perturb_s=t1 - t0,
         restore_s=time.perf_counter() - t2,
+        generated_tokens=result.generated_tokens,
         trajectories=[t.to_json() for t in result.trajectories[:keep]],
     )
 
@@ -62,6 +63,7 @@ def evaluate_population(
                 env_s=result.env_s / g,
                 perturb_s=(t1 - t0) / g,
                 restore_s=restore_s / g,
+                generated_tokens=own.generated_tokens,
                 trajectories=[t.to_json() for t in own.trajectories[:keep]],
             )
         )

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import threading
 import operator
 from typing import Sequence
 
 import torch
 
-__all__ = ["CHUNK_NUMEL", "derive_seed", "tensor_noise", "member_seeds"]
+__all__ = ["CHUNK_NUMEL", "DEFAULT_TABLE_SIZE", "derive_seed", "tensor_noise", "noise_table", "table_noise", "member_seeds"]
 
 # Noise is drawn in chunks of this many elements so a huge tensor never needs a second
 # full-size temporary, and each chunk can be regenerated independently.
 CHUNK_NUMEL = 1 << 22
 
 _SEED_MASK = (1 << 63) - 1
+
+# Shared noise table (OpenAI-ES style): 2**26 fp32 entries = 256 MiB, more than the largest tensor of
+# SmolLM2-135M (the 28.3M-entry embedding) so every tensor has tens of millions of possible offsets.
+DEFAULT_TABLE_SIZE = 1 << 26
 
 
 def _encode_part(part: int | str) -> bytes:
@@ -77,6 +83,48 @@ def tensor_noise(
     if not direct:
         out.copy_(target)
     return out
+
+
+_TABLE_LOCK = threading.Lock()
+
+
+def noise_table(size: int) -> torch.Tensor:
+    """The shared table of `size` float32 N(0, 1) entries; the same in every process (fixed seed per size).
+    Built once, on first use (the lock keeps threads perturbing different tensors from building it twice)."""
+    with _TABLE_LOCK:
+        return _build_table(size)
+
+
+@functools.lru_cache(maxsize=1)
+def _build_table(size: int) -> torch.Tensor:
+    if size < 1:
+        raise ValueError(f"noise table size must be >= 1, got {size}")
+    from esopt.es.parallel import for_each_tensor
+
+    table = torch.empty(size, dtype=torch.float32)
+    seed = derive_seed("noise-table", size)
+    chunk = 1 << 22  # fixed (not CHUNK_NUMEL): the table's content must not depend on a tunable
+
+    def fill(start: int) -> None:
+        gen = torch.Generator().manual_seed(derive_seed(seed, start))
+        torch.randn(min(chunk, size - start), generator=gen, dtype=torch.float32, out=table[start : start + chunk])
+
+    for_each_tensor(fill, range(0, size, chunk))
+    return table
+
+
+def table_noise(seed: int, name: str, shape: Sequence[int] | torch.Size, size: int) -> torch.Tensor:
+    """Noise of `shape` for tensor `name` of member `seed` as a read-only view of the shared table: the
+    slice at an offset hashed from (seed, name). Slices at different offsets are uncorrelated, and reading
+    one costs a memory pass instead of generating fresh normals (OpenAI-ES's shared noise table)."""
+    shape = torch.Size(int(d) for d in shape)
+    numel = _numel(shape)
+    if numel > size:
+        raise ValueError(
+            f"tensor {name!r} has {numel} elements but the noise table only {size}; raise es.table_size to at least {numel}"
+        )
+    offset = derive_seed(seed, name, "table-offset") % (size - numel + 1)
+    return noise_table(size)[offset : offset + numel].view(shape)
 
 
 def member_seeds(run_seed: int, step: int, count: int) -> list[int]:

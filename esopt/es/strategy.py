@@ -10,7 +10,7 @@ import torch
 
 from esopt.confutil import ConfigError, opt
 from esopt.es.lowrank import is_matrix, lowrank_direction, lowrank_perturbation
-from esopt.es.noise import derive_seed, member_seeds, subspace_mask, tensor_noise
+from esopt.es.noise import DEFAULT_TABLE_SIZE, derive_seed, member_seeds, subspace_mask, table_noise, tensor_noise
 from esopt.es.parallel import for_each_tensor
 from esopt.es.schedule import Schedule
 from esopt.es.shaping import SHAPING_METHODS, shape_fitness
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 STRATEGIES = ("agentic-esopt", "vanilla-es", "copes")
-NOISE_TYPES = ("full", "lowrank")
+NOISE_TYPES = ("full", "lowrank", "table")
 LOWRANK_VECTORS = ("frozen", "full")
 
 
@@ -64,10 +64,14 @@ class ESConfig:
     shaping: str = opt("zscore", help="fitness shaping: 'zscore' (population z-score) or 'rank' (centered ranks)")
     noise: str = opt(
         "full",
-        help="'full' (i.i.d. N(0,1) for every weight) or 'lowrank' (EGGROLL: each 2-D weight W (m x n) moves along "
-        "A B^T / sqrt(rank), A (m x rank), B (n x rank); lets the local evaluator run the whole population in one "
-        "batched forward that shares the base weights)",
+        help="'full' (i.i.d. N(0,1) for every weight, drawn from per-member streams), 'table' (full-rank too: each "
+        "tensor's noise is a slice of one shared N(0,1) table at an offset hashed from (member seed, tensor name), "
+        "OpenAI-ES style; reading a slice is much cheaper than drawing fresh normals, for table_size*4 bytes of "
+        "memory) or 'lowrank' (EGGROLL: each 2-D weight W (m x n) moves along A B^T / sqrt(rank), A (m x rank), "
+        "B (n x rank); lets the local evaluator run the whole population in one batched forward that shares the "
+        "base weights)",
     )
+    table_size: int = opt(DEFAULT_TABLE_SIZE, help="noise=table: entries of the shared noise table (float32; >= the largest tensor)")
     rank: int = opt(1, help="r, the rank of each member's perturbation of a 2-D weight (noise=lowrank only)")
     lowrank_vectors: str = opt(
         "frozen",
@@ -108,6 +112,8 @@ class ESConfig:
             raise ConfigError(f"es.shaping: unknown method {self.shaping!r}; expected one of {', '.join(SHAPING_METHODS)}")
         if self.noise not in NOISE_TYPES:
             raise ConfigError(f"es.noise: unknown noise {self.noise!r}; expected one of {', '.join(NOISE_TYPES)}")
+        if self.noise == "table" and (not _is_int(self.table_size) or self.table_size < 1):
+            raise ConfigError(f"es.table_size must be an integer >= 1, got {self.table_size!r}")
         if self.noise == "lowrank":
             if not _is_int(self.rank) or self.rank < 1:
                 raise ConfigError(f"es.rank must be an integer >= 1, got {self.rank!r}")
@@ -135,10 +141,12 @@ class Member:
     subspaces: int = 1
     partition_seed: int = 0
     noise: str = "full"
-    """'full' or 'lowrank' (2-D weights move along A B^T / sqrt(rank))."""
+    """'full', 'table' (slices of the shared noise table) or 'lowrank' (2-D weights move along A B^T / sqrt(rank))."""
     rank: int = 1
     lowrank_vectors: str = "frozen"
     """Low-rank noise: 'frozen' or 'full' for the non-matrix tensors."""
+    table_size: int = DEFAULT_TABLE_SIZE
+    """Table noise: entries of the shared table."""
 
 
 @dataclass
@@ -157,9 +165,11 @@ class Update:
     subspaces: int = 1
     partition_seed: int = 0
     noise: str = "full"
-    """The members' noise: 'full' or 'lowrank' (then `rank` and `lowrank_vectors` say how)."""
+    """The members' noise: 'full', 'table' (then `table_size` says which table) or 'lowrank' (then `rank`
+    and `lowrank_vectors` say how)."""
     rank: int = 1
     lowrank_vectors: str = "frozen"
+    table_size: int = DEFAULT_TABLE_SIZE
 
     def __post_init__(self) -> None:
         if len(self.seeds) != len(self.coefficients):
@@ -177,6 +187,8 @@ class Update:
                 raise ValueError(f"Update.lowrank_vectors must be one of {', '.join(LOWRANK_VECTORS)}, got {self.lowrank_vectors!r}")
             if self.member_subspaces is not None:
                 raise ValueError("Update: low-rank noise cannot be combined with CoPES subspaces")
+        if self.noise == "table" and (not _is_int(self.table_size) or self.table_size < 1):
+            raise ValueError(f"Update.table_size must be an integer >= 1, got {self.table_size!r}")
 
     def to_json(self) -> dict:
         """Return a JSON-serialisable dict; finite floats round-trip exactly through json."""
@@ -199,9 +211,10 @@ class Update:
             ),
             **(
                 {"noise": self.noise, "rank": int(self.rank), "lowrank_vectors": self.lowrank_vectors}
-                if self.noise != "full"
+                if self.noise == "lowrank"
                 else {}
             ),
+            **({"noise": self.noise, "table_size": int(self.table_size)} if self.noise == "table" else {}),
         }
 
     @classmethod
@@ -227,6 +240,7 @@ class Update:
                 noise=str(d.get("noise", "full")),
                 rank=int(d.get("rank", 1)),
                 lowrank_vectors=str(d.get("lowrank_vectors", "frozen")),
+                table_size=int(d.get("table_size", DEFAULT_TABLE_SIZE)),
             )
         except (TypeError, ValueError) as e:
             raise ValueError(f"malformed Update record: {e}") from e
@@ -272,11 +286,13 @@ class Strategy:
             ]
         else:
             members = [Member(index=i, seed=s, sigma=sigma) for i, s in enumerate(member_seeds(self.run_seed, step, g))]
-        if self.config.noise != "full":
+        if self.config.noise == "lowrank":
             members = [
-                replace(m, noise=self.config.noise, rank=self.config.rank, lowrank_vectors=self.config.lowrank_vectors)
+                replace(m, noise="lowrank", rank=self.config.rank, lowrank_vectors=self.config.lowrank_vectors)
                 for m in members
             ]
+        elif self.config.noise == "table":
+            members = [replace(m, noise="table", table_size=self.config.table_size) for m in members]
         if self.config.strategy != "copes":
             return members
         k = self.config.subspaces
@@ -313,6 +329,7 @@ class Strategy:
             noise=members[0].noise,
             rank=members[0].rank,
             lowrank_vectors=members[0].lowrank_vectors,
+            table_size=members[0].table_size,
         )
 
 
@@ -330,9 +347,10 @@ def perturb_tensor(name: str, base: torch.Tensor, member: Member, out: torch.Ten
     elif member.noise not in NOISE_TYPES:
         raise ValueError(f"perturb_tensor: unknown noise {member.noise!r} for member {member.index}")
     else:
-        eps = tensor_noise(member.seed, name, base.shape)
+        eps = _full_rank_noise(member.noise, member.seed, name, base.shape, member.table_size)
     if member.subspace is not None:
-        eps.mul_(subspace_mask(member.partition_seed, name, base.shape, member.subspace, member.subspaces))
+        # Out of place: table noise is a view of the shared table.
+        eps = eps * subspace_mask(member.partition_seed, name, base.shape, member.subspace, member.subspaces)
     eps = eps.to(base.device)
     scale = float(member.sign) * float(member.sigma)
     if out.dtype == torch.float32:
@@ -341,6 +359,16 @@ def perturb_tensor(name: str, base: torch.Tensor, member: Member, out: torch.Ten
         # Low-precision weights: add in fp32 and round once, so the result is the nearest
         # representable value to the fp32 perturbed weight.
         out.copy_(torch.add(base, eps, alpha=scale))
+
+
+def _full_rank_noise(
+    noise: str, seed: int, name: str, shape: torch.Size, table_size: int, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """eps(seed, name) for full-rank noise kinds: fresh per-member normals, or (table) a read-only view of
+    the shared table (`out` is then not written)."""
+    if noise == "table":
+        return table_noise(seed, name, shape, table_size)
+    return tensor_noise(seed, name, shape, out=out)
 
 
 def _merged_coefficients(update: Update) -> dict[tuple[int, int | None], float]:
@@ -374,13 +402,14 @@ def update_direction(
         if update.lowrank_vectors == "frozen":
             return torch.zeros(shape, dtype=torch.float32, device=device)
     direction = torch.zeros(shape, dtype=torch.float32, device=device)
-    buf = torch.empty(shape, dtype=torch.float32)  # noise is generated on CPU, reused per member
+    # Fresh noise is generated on CPU into one buffer reused per member; table noise needs none.
+    buf = torch.empty(shape, dtype=torch.float32) if update.noise != "table" else None
     for (seed, subspace), coef in _merged_coefficients(update).items():
         if coef == 0.0:
             continue
-        eps = tensor_noise(seed, name, shape, out=buf)
+        eps = _full_rank_noise(update.noise, seed, name, shape, update.table_size, out=buf)
         if subspace is not None:
-            eps.mul_(subspace_mask(update.partition_seed, name, shape, subspace, update.subspaces))
+            eps = eps * subspace_mask(update.partition_seed, name, shape, subspace, update.subspaces)
         direction.add_(eps.to(direction.device), alpha=float(coef))
     return direction
 

