@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -54,17 +55,11 @@ def _config(args):
     return config
 
 
-def _step_work(config, env, step: int):
-    """The tasks and decoding seed the ES trainer uses at `step` (ESTrainer._work_for)."""
-    from esopt.es import derive_seed
-
-    return env.tasks("train", config.tasks_per_step, derive_seed(config.seed, "tasks", step)), derive_seed(config.seed, "decode", step)
-
-
 def _child(kind: str, args) -> dict:
     from esopt.envs import make_env
     from esopt.policy import load_policy
     from esopt.rollout import rollout
+    from esopt.train.es_trainer import step_work
     from esopt.train.logging import peak_rss_mb
 
     config = _config(args)
@@ -74,7 +69,7 @@ def _child(kind: str, args) -> dict:
     policy = load_policy(config.model)
     out: dict = {"kind": kind, "load_s": time.perf_counter() - t, "loaded_rss_mb": peak_rss_mb()}
     env = make_env(config.env.name, config.env.options)
-    warm_tasks, _ = _step_work(config, env, 0)
+    warm_tasks, _ = step_work(config, env, 0)
     rollout(policy, env, warm_tasks, config.rollout)  # untimed: kernels and caches at the timed shapes
 
     if kind in ("inference", "inference-batched", "vllm"):
@@ -82,7 +77,7 @@ def _child(kind: str, args) -> dict:
         g = config.es.population
         wall, cpu = time.perf_counter(), time.process_time()
         for step in range(config.steps):
-            tasks, seed = _step_work(config, env, step)
+            tasks, seed = step_work(config, env, step)
             for batch in [tasks * g] if kind == "inference-batched" else [tasks] * g:
                 result = rollout(policy, env, batch, config.rollout, seed=seed)
                 tokens += result.generated_tokens
@@ -147,8 +142,6 @@ def _run_child(kind: str, python: str, argv: list[str]) -> dict | None:
 
 
 def _child_env(kind: str) -> dict:
-    import os
-
     env = dict(os.environ)
     if kind == "vllm":
         env.setdefault("HF_HUB_OFFLINE", "1")

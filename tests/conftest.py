@@ -46,3 +46,31 @@ def quadratic_es_run():
 
     return run
 
+
+@pytest.fixture
+def tiny_train_config():
+    """Factory: a TrainConfig sized for the tiny random model on 4x4 Sudoku, writing runs under the given
+    directory; keyword overrides set top-level fields (steps, tasks_per_step, ...)."""
+    from esopt.train.config import TrainConfig
+
+    def make(runs_dir, name, **overrides) -> TrainConfig:
+        config = TrainConfig()
+        config.env.options = {"size": 4, "empty_cells": 2, "grammar": "legal", "partial_credit": True}
+        config.es.population = 4
+        config.es.sigma = 0.05  # large: a tiny random model needs a big push to change its greedy replies
+        config.es.sigma_final = 0.01
+        config.es.alpha = 0.05
+        config.rollout.history_turns = 0
+        config.rollout.sampling.max_new_tokens = 10
+        config.steps = 4
+        config.tasks_per_step = 3
+        config.eval_tasks = 3
+        config.eval_every = 2
+        config.runs_dir = str(runs_dir)
+        config.run_name = name
+        for key, value in overrides.items():
+            setattr(config, key, value)
+        return config
+
+    return make
+

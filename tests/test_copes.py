@@ -82,19 +82,14 @@ def test_population_must_split_into_subspaces():
         ESConfig(strategy="copes", population=6, subspaces=4).validate()
 
 
-def test_trainer_runs_copes_and_replays(tmp_path, make_tiny_policy):
+def test_trainer_runs_copes_and_replays(tmp_path, make_tiny_policy, tiny_train_config):
     from rich.console import Console
 
-    from esopt.train.config import TrainConfig
     from esopt.train.es_trainer import ESTrainer
 
-    config = TrainConfig()
+    config = tiny_train_config(tmp_path, "copes", steps=2, eval_tasks=2, eval_every=0)
     config.env.options = {"size": 4, "empty_cells": 1, "grammar": "legal"}
-    config.es.strategy, config.es.population, config.es.subspaces = "copes", 4, 2
-    config.es.sigma, config.es.sigma_final, config.es.alpha = 0.05, 0.01, 0.05
-    config.rollout.history_turns, config.rollout.sampling.max_new_tokens = 0, 10
-    config.steps, config.tasks_per_step, config.eval_tasks, config.eval_every = 2, 3, 2, 0
-    config.runs_dir, config.run_name = str(tmp_path), "copes"
+    config.es.strategy, config.es.subspaces = "copes", 2
     policy = make_tiny_policy()
     base = {n: t.clone() for n, t in policy.master_weights().items()}
     ESTrainer.start(config, policy=policy, console=Console(quiet=True)).run()

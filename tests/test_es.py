@@ -344,21 +344,11 @@ def test_es_step_follows_gradient():
     assert f(params["theta"]) > f(theta0)
 
 
-def test_es_step_antithetic_and_rank_follow_gradient():
-    dim = 100
-    gen = torch.Generator().manual_seed(1)
-    theta0, target = torch.randn(dim, generator=gen), torch.randn(dim, generator=gen)
+def test_es_step_antithetic_and_rank_follow_gradient(tmp_path, quadratic_es_run):
     cfg = ESConfig(population=1000, antithetic=True, shaping="rank", sigma=0.05, sigma_final=0.01)
-    st = Strategy(cfg, total_steps=3, run_seed=3)
-    params = {"theta": theta0.clone()}
-    members = st.ask(0)
-    buf = torch.empty(dim)
-    fitness = []
-    for m in members:
-        perturb_tensor("theta", params["theta"], m, buf)
-        fitness.append(-float(((buf - target) ** 2).sum()))
-    apply_update(params, st.tell(0, members, fitness))
-    cos = torch.nn.functional.cosine_similarity(params["theta"] - theta0, target - theta0, dim=0).item()
+    theta0, params, target, _ = quadratic_es_run(tmp_path, 1, cfg, shapes=(("theta", (100,)),), run_seed=3)
+    delta, gradient = params["theta"] - theta0["theta"], target["theta"] - theta0["theta"]
+    cos = torch.nn.functional.cosine_similarity(delta, gradient, dim=0).item()
     assert cos > 0.9
 
 

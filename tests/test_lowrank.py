@@ -147,20 +147,12 @@ def test_replay_bit_exact(tmp_path, quadratic_es_run):
 
 
 @pytest.mark.parametrize("rank", [1, 4])
-def test_lowrank_es_step_follows_gradient(rank):
+def test_lowrank_es_step_follows_gradient(rank, tmp_path, quadratic_es_run):
     # f(W) = -||W - T||^2: E[f(W + sigma eps) eps] is along the gradient for low-rank eps too,
     # since E[eps_ij eps_kl] = delta_ik delta_jl.
-    gen = torch.Generator().manual_seed(0)
-    theta0, target = torch.randn(20, 10, generator=gen), torch.randn(20, 10, generator=gen)
-    st = Strategy(ESConfig(strategy="vanilla-es", noise="lowrank", rank=rank, population=2000, sigma=0.05, alpha=0.01), 1, 7)
-    params = {"theta": theta0.clone()}
-    members = st.ask(0)
-    buf = torch.empty_like(theta0)
-    fitness = []
-    for m in members:
-        perturb_tensor("theta", params["theta"], m, buf)
-        fitness.append(-float(((buf - target) ** 2).sum()))
-    apply_update(params, st.tell(0, members, fitness))
+    cfg = ESConfig(strategy="vanilla-es", noise="lowrank", rank=rank, population=2000, sigma=0.05, alpha=0.01)
+    base, params, target, _ = quadratic_es_run(tmp_path, 1, cfg, shapes=(("theta", (20, 10)),), run_seed=7)
+    theta0, target = base["theta"], target["theta"]
     delta = (params["theta"] - theta0).flatten()
     cos = torch.nn.functional.cosine_similarity(delta, (target - theta0).flatten(), dim=0).item()
     assert cos > 0.8
@@ -293,21 +285,15 @@ def test_batched_rollout_fitness_equals_sequential(make_tiny_policy):
     assert not batched_eval.batched(Strategy(ESConfig(population=2), total_steps=1, run_seed=0).ask(0))
 
 
-def test_trainer_runs_lowrank_and_replays(tmp_path, make_tiny_policy, monkeypatch):
+def test_trainer_runs_lowrank_and_replays(tmp_path, make_tiny_policy, monkeypatch, tiny_train_config):
     from rich.console import Console
 
     from esopt.dist.local import LocalEvaluator
 
-    from esopt.train.config import TrainConfig
     from esopt.train.es_trainer import ESTrainer
 
-    config = TrainConfig()
-    config.env.options = {"size": 4, "empty_cells": 2, "grammar": "format"}
-    config.es.noise, config.es.rank, config.es.population = "lowrank", 2, 4
-    config.es.sigma, config.es.sigma_final, config.es.alpha = 0.1, 0.05, 0.05
-    config.rollout.history_turns, config.rollout.sampling.max_new_tokens = 0, 10
-    config.steps, config.tasks_per_step, config.eval_tasks, config.eval_every = 2, 2, 1, 0
-    config.runs_dir, config.run_name = str(tmp_path), "lowrank"
+    config = tiny_train_config(tmp_path, "lowrank", steps=2, tasks_per_step=2, eval_tasks=1, eval_every=0)
+    config.es.noise, config.es.rank = "lowrank", 2
     policy = make_tiny_policy()
     base = {n: t.clone() for n, t in policy.master_weights().items()}
     trainer = ESTrainer.start(config, policy=policy, console=Console(quiet=True))

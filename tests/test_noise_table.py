@@ -99,20 +99,14 @@ def test_table_es_step_follows_gradient_and_replays_bit_exact(tmp_path, quadrati
     assert not torch.equal(live["a.weight"], base["a.weight"])
 
 
-def test_trainer_with_table_noise_replays_and_checks_the_table_size(tmp_path, make_tiny_policy):
+def test_trainer_with_table_noise_replays_and_checks_the_table_size(tmp_path, make_tiny_policy, tiny_train_config):
     from rich.console import Console
 
-    from esopt.train.config import TrainConfig
     from esopt.train.es_trainer import ESTrainer
 
-    config = TrainConfig()
-    config.env.options = {"size": 4, "empty_cells": 2, "grammar": "format"}
     size = 1 << 22  # the tiny model's embedding has 3.1M entries
-    config.es.noise, config.es.table_size, config.es.population = "table", size, 4
-    config.es.sigma, config.es.sigma_final, config.es.alpha = 0.1, 0.05, 0.05
-    config.rollout.history_turns, config.rollout.sampling.max_new_tokens = 0, 10
-    config.steps, config.tasks_per_step, config.eval_tasks, config.eval_every = 2, 2, 1, 0
-    config.runs_dir, config.run_name = str(tmp_path), "table"
+    config = tiny_train_config(tmp_path, "table", steps=2, tasks_per_step=2, eval_tasks=1, eval_every=0)
+    config.es.noise, config.es.table_size = "table", size
     policy = make_tiny_policy()
     assert max(t.numel() for t in policy.master_weights().values()) <= size
     base = {n: t.clone() for n, t in policy.master_weights().items()}

@@ -8,36 +8,15 @@ from rich.console import Console
 
 from esopt.confutil import ConfigError
 from esopt.es import read_history, replay
-from esopt.train.config import TrainConfig
 from esopt.train.es_trainer import ESTrainer, checkpoints, load_checkpoint_weights
-
-
-def _config(tmp_path, name, **overrides) -> TrainConfig:
-    config = TrainConfig()
-    config.env.options = {"size": 4, "empty_cells": 2, "grammar": "legal", "partial_credit": True}
-    config.es.population = 4
-    config.es.sigma = 0.05  # large: a tiny random model needs a big push to change its greedy replies
-    config.es.sigma_final = 0.01
-    config.es.alpha = 0.05
-    config.rollout.history_turns = 0
-    config.rollout.sampling.max_new_tokens = 10
-    config.steps = 4
-    config.tasks_per_step = 3
-    config.eval_tasks = 3
-    config.eval_every = 2
-    config.runs_dir = str(tmp_path)
-    config.run_name = name
-    for key, value in overrides.items():
-        setattr(config, key, value)
-    return config
 
 
 def _quiet():
     return Console(quiet=True)
 
 
-def test_run_directory_contents(tmp_path, make_tiny_policy):
-    config = _config(tmp_path, "full", checkpoint_every=2)
+def test_run_directory_contents(tmp_path, make_tiny_policy, tiny_train_config):
+    config = tiny_train_config(tmp_path, "full", checkpoint_every=2)
     policy = make_tiny_policy()
     base = {n: t.clone() for n, t in policy.master_weights().items()}
     summary = ESTrainer.start(config, policy=policy, console=_quiet()).run()
@@ -66,9 +45,9 @@ def test_run_directory_contents(tmp_path, make_tiny_policy):
 
 
 @pytest.mark.parametrize("checkpoint_every", [0, 1])
-def test_resume_after_crash_matches_uninterrupted_run(tmp_path, make_tiny_policy, monkeypatch, checkpoint_every):
+def test_resume_after_crash_matches_uninterrupted_run(tmp_path, make_tiny_policy, monkeypatch, checkpoint_every, tiny_train_config):
     reference_policy = make_tiny_policy()
-    ESTrainer.start(_config(tmp_path, "ref", checkpoint_every=checkpoint_every), policy=reference_policy, console=_quiet()).run()
+    ESTrainer.start(tiny_train_config(tmp_path, "ref", checkpoint_every=checkpoint_every), policy=reference_policy, console=_quiet()).run()
 
     crashing_policy = make_tiny_policy()
     original_apply = crashing_policy.apply
@@ -82,7 +61,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, make_tiny_policy
 
     monkeypatch.setattr(crashing_policy, "apply", apply_then_crash)
     with pytest.raises(KeyboardInterrupt):
-        ESTrainer.start(_config(tmp_path, "crash", checkpoint_every=checkpoint_every), policy=crashing_policy, console=_quiet()).run()
+        ESTrainer.start(tiny_train_config(tmp_path, "crash", checkpoint_every=checkpoint_every), policy=crashing_policy, console=_quiet()).run()
     assert len(read_history(tmp_path / "crash" / "history.jsonl")) == 2
 
     resumed_policy = make_tiny_policy()  # a fresh process starts from the base weights
@@ -92,23 +71,23 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, make_tiny_policy
     assert [u.to_json() for u in read_history(tmp_path / "crash" / "history.jsonl")] == [u.to_json() for u in ref_history]
 
 
-def test_existing_run_is_not_overwritten(tmp_path, make_tiny_policy):
-    config = _config(tmp_path, "once", steps=1, eval_every=0)
+def test_existing_run_is_not_overwritten(tmp_path, make_tiny_policy, tiny_train_config):
+    config = tiny_train_config(tmp_path, "once", steps=1, eval_every=0)
     ESTrainer.start(config, policy=make_tiny_policy(), console=_quiet()).run()
     with pytest.raises(ConfigError, match="--resume"):
         ESTrainer.start(config, policy=make_tiny_policy(), console=_quiet())
 
 
-def test_bad_config_values_are_named(tmp_path):
-    config = _config(tmp_path, "bad")
+def test_bad_config_values_are_named(tmp_path, tiny_train_config):
+    config = tiny_train_config(tmp_path, "bad")
     config.es.population = 0
     with pytest.raises(ConfigError, match="es.population"):
         config.validate()
-    config = _config(tmp_path, "bad")
+    config = tiny_train_config(tmp_path, "bad")
     config.env.options = {"size": 5}
     with pytest.raises(ConfigError, match="sudoku.size"):
         config.validate()
-    config = _config(tmp_path, "bad")
+    config = tiny_train_config(tmp_path, "bad")
     config.env.name = "chess"
     with pytest.raises(ConfigError, match="unknown env 'chess'"):
         config.validate()

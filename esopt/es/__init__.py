@@ -2,7 +2,7 @@
 
 from esopt.es.history import HistoryWriter, read_history, replay
 from esopt.es.lowrank import is_matrix, lowrank_direction, lowrank_factors, lowrank_perturbation, stacked_factors
-from esopt.es.noise import CHUNK_NUMEL, DEFAULT_TABLE_SIZE, derive_seed, member_seeds, subspace_mask, table_noise, tensor_noise
+from esopt.es.noise import CHUNK_NUMEL, DEFAULT_TABLE_SIZE, derive_seed, member_seeds, noise_table, subspace_mask, table_noise, tensor_noise
 from esopt.es.schedule import SCHEDULE_KINDS, Schedule
 from esopt.es.shaping import SHAPING_METHODS, shape_fitness
 from esopt.es.strategy import (
@@ -40,6 +40,7 @@ __all__ = [
     "lowrank_perturbation",
     "stacked_factors",
     "member_seeds",
+    "noise_table",
     "perturb_tensor",
     "read_history",
     "replay",

@@ -20,8 +20,7 @@ from esopt.dist import Evaluator, LocalEvaluator
 from esopt.dist.async_es import AsyncES
 from esopt.dist.replica import model_policy
 from esopt.envs import make_env
-from esopt.es.noise import noise_table
-from esopt.es import HistoryWriter, Strategy, derive_seed, read_history
+from esopt.es import HistoryWriter, Strategy, derive_seed, noise_table, read_history
 from esopt.policy.base import Policy
 from esopt.rollout import rollout
 from esopt.train.config import TrainConfig, load_config
@@ -56,6 +55,12 @@ def load_checkpoint_weights(path: Path) -> dict:
     for file in sorted(path.glob("*.safetensors")):
         weights.update(load_file(file))
     return weights
+
+
+def step_work(config: TrainConfig, env, step: int) -> tuple[list, int]:
+    """The tasks and decoding seed of the members evaluated at weights version `step`."""
+    tasks = env.tasks("train", config.tasks_per_step, derive_seed(config.seed, "tasks", step))
+    return tasks, derive_seed(config.seed, "decode", step)  # common random numbers across members
 
 
 @dataclass
@@ -168,10 +173,7 @@ class ESTrainer:
         return evaluator
 
     def _work_for(self, step: int) -> tuple[list, int]:
-        """The tasks and decoding seed of the members evaluated at weights version `step`."""
-        cfg = self.config
-        tasks = self.env.tasks("train", cfg.tasks_per_step, derive_seed(cfg.seed, "tasks", step))
-        return tasks, derive_seed(cfg.seed, "decode", step)  # common random numbers across members
+        return step_work(self.config, self.env, step)
 
     # ---- state -------------------------------------------------------------------------------
     def _restore_progress(self) -> int:
