@@ -44,6 +44,7 @@ from typing import Any
 
 from esopt.confutil import ConfigError, opt
 from esopt.envs import register_env
+from esopt.sandbox import ISOLATIONS, IsolationUnavailable, Limits, require_isolation, run_script
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.tools import (
     ANSWER,
@@ -105,6 +106,11 @@ class MathConfig:
     use_math_verify: bool = opt(True, "Also accept answers math-verify finds equivalent.")
     python_timeout_s: float = opt(5.0, "Wall-clock limit of one python tool call, seconds.")
     python_memory_mb: int = opt(512, "Memory limit of one python tool call, MiB.")
+    python_isolation: str = opt(
+        "bwrap",
+        "Containment of the python tool: bwrap (OS isolation; the env is refused when it cannot be set up) or "
+        "python (the in-process audit hook and rlimits only: not a security boundary).",
+    )
     max_observation_chars: int = opt(600, "Tool output longer than this is cut.")
 
     def __post_init__(self) -> None:
@@ -169,6 +175,8 @@ class MathConfig:
             raise ConfigError(f"math.python_timeout_s must be in (0, 120], got {self.python_timeout_s!r}")
         if not _is_int(self.python_memory_mb) or self.python_memory_mb < 64:
             raise ConfigError(f"math.python_memory_mb must be an integer >= 64, got {self.python_memory_mb!r}")
+        if self.python_isolation not in ISOLATIONS:
+            raise ConfigError(f"math.python_isolation must be one of {', '.join(ISOLATIONS)}, got {self.python_isolation!r}")
         if not _is_int(self.max_observation_chars) or self.max_observation_chars < 20:
             raise ConfigError(
                 f"math.max_observation_chars must be an integer >= 20, got {self.max_observation_chars!r}"
@@ -251,6 +259,11 @@ class MathEnv(Env):
         self.config: MathConfig
         self._streams: dict[tuple[str, int], Any] = {}
         self._scorers: dict[str, Any] = {}
+        if "python" in self.config.tools and self.config.max_tool_calls > 0:
+            try:  # refuse now rather than fail every python call of a run
+                require_isolation(self.config.python_isolation)
+            except IsolationUnavailable as e:
+                raise ConfigError(f"math.python_isolation: {e}") from None
 
     @property
     def max_turns(self) -> int:
@@ -383,16 +396,17 @@ class MathEpisode(Episode):
             if not arg.strip():
                 return "python error: no code. Put the code in a ```python block``` after python:", False
             try:
-                from esopt.sandbox import Limits, run_script
-
                 res = run_script(
                     arg,
                     Limits(
                         timeout_s=float(c.python_timeout_s),
                         memory_mb=int(c.python_memory_mb),
                         max_output_chars=4 * c.max_observation_chars,
+                        isolation=c.python_isolation,
                     ),
                 )
+            except IsolationUnavailable:
+                raise  # never run LLM code uncontained, never hide that as a tool error
             except Exception as e:  # the sandbox itself failed: report, never raise
                 return f"python error: could not run the code ({type(e).__name__})", False
             out = (res.stdout or "").strip()
@@ -450,6 +464,8 @@ class MathEpisode(Episode):
                 self.tool_successes += ok
                 info["tool"] = act.tool
                 info["tool_ok"] = ok
+                if act.tool == "python":
+                    info["isolation"] = c.python_isolation
         else:
             info["invalid"] = True
             info["error"] = "empty answer" if act is not None and act.kind == ANSWER else (

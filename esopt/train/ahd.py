@@ -46,6 +46,7 @@ from esopt.confutil import ConfigError, leaf_fields, load_yaml, opt, set_path, t
 from esopt.es import ESConfig, HistoryWriter, Member, Strategy, derive_seed
 from esopt.policy.base import Policy, SamplingConfig
 from esopt.policy.hf import ModelConfig
+from esopt.sandbox import ISOLATIONS, IsolationUnavailable, require_isolation
 from esopt.train.ahd_prompts import (
     EOH_OPERATORS,
     OPERATOR_PARENTS,
@@ -94,6 +95,9 @@ class AHDConfig:
     eval_seed: int = opt(0, "seed of the evaluation instances (fixed, so runs compare)")
     invalid_fitness: float = opt(-1.0, "ES fitness of an invalid proposal: min(this, the batch's lowest valid fitness)")
     eval_workers: int = opt(2, "sandbox evaluations run in parallel (each in its own subprocess)")
+    isolation: str = opt("bwrap", "containment of the LLM-written heuristics: bwrap (OS isolation; the run is refused "
+                                  "when it cannot be set up) | python (the in-process audit hook and rlimits only: "
+                                  "not a security boundary)")
     batched_baselines: bool = opt(True, "baselines generate a batch in one call (seed derived per batch); false = one call per proposal like co-evolution")
     model: ModelConfig = opt(ModelConfig(), "the proposal model")
     sampling: SamplingConfig = opt(_default_sampling(), "decoding of proposals (temperature sampling)")
@@ -122,6 +126,8 @@ class AHDConfig:
             raise ConfigError(f"unknown AHD task {self.task!r}; available: {', '.join(task_names())}")
         if self.method not in METHODS:
             raise ConfigError(f"unknown method {self.method!r}; expected one of {', '.join(METHODS)}")
+        if self.isolation not in ISOLATIONS:
+            raise ConfigError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {self.isolation!r}")
         for name in ("budget", "population", "eval_workers"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -202,8 +208,10 @@ def _objective_key(per_instance: list, objective: float) -> tuple:
 class Evaluator:
     """Extracts and evaluates candidates, caching by normalised code and flagging duplicates."""
 
-    def __init__(self, task, eval_seed: int, n_instances: int | None, workers: int):
+    def __init__(self, task, eval_seed: int, n_instances: int | None, workers: int, limits=None):
         self.task = task
+        self.limits = limits
+        """Sandbox limits of every evaluation (None: the task's defaults)."""
         self.seed = eval_seed
         self.n = n_instances
         self.workers = workers
@@ -215,7 +223,7 @@ class Evaluator:
         from esopt.envs.ahd import Evaluation
 
         try:
-            return self.task.evaluate(code, seed=self.seed, n_instances=self.n)
+            return self.task.evaluate(code, seed=self.seed, n_instances=self.n, limits=self.limits)
         except Exception as e:  # the evaluator itself failed: record it, never silently
             return Evaluation(False, reason=f"evaluator error: {type(e).__name__}: {e}")
 
@@ -358,8 +366,9 @@ class AHDRun:
         self.console = console or Console()
         self.task = get_task(config.task)
         self.n_instances = config.eval_instances or None
-        self.reference = self.task.reference(config.eval_seed, self.n_instances)
-        self.evaluator = Evaluator(self.task, config.eval_seed, self.n_instances, config.eval_workers)
+        self.limits = dataclasses.replace(self.task.default_limits, isolation=config.isolation)
+        self.reference = self.task.reference(config.eval_seed, self.n_instances, limits=self.limits)
+        self.evaluator = Evaluator(self.task, config.eval_seed, self.n_instances, config.eval_workers, self.limits)
         self.proposer = EoHProposer(self.task, config.eoh) if config.loop == "eoh" else SampleProposer(self.task)
         self.strategy = Strategy(config.es, config.batches, config.seed) if config.coevolve else None
         self.candidates: list[Candidate] = []
@@ -368,6 +377,10 @@ class AHDRun:
     @classmethod
     def start(cls, config: AHDConfig, policy: Policy | None = None, console=None) -> "AHDRun":
         config.validate()
+        try:
+            require_isolation(config.isolation)
+        except IsolationUnavailable as e:  # refuse before anything is written or loaded
+            raise ConfigError(str(e)) from None
         run_dir = new_run_dir(config)
         (run_dir / "config.yaml").write_text(config.to_yaml())
         if policy is None:
@@ -484,6 +497,7 @@ class AHDRun:
         (self.run_dir / "reference.json").write_text(json.dumps(
             {k: v for k, v in self.reference.items() if not k.endswith("per_instance")}, indent=1))
         self.metrics = MetricsLogger(self.run_dir)
+        self.console.print(f"LLM-written heuristics run in the sandbox with isolation: {cfg.isolation}")
         self.history = HistoryWriter(self.run_dir / "history.jsonl") if self.strategy else None
         start = time.perf_counter()
         columns = [TextColumn("[progress.description]{task.description}"), BarColumn(),
@@ -521,7 +535,7 @@ class AHDRun:
         best = self.best
         return {
             "task": cfg.task, "method": cfg.method, "budget": cfg.budget, "population": cfg.population,
-            "seed": cfg.seed, "eval_seed": cfg.eval_seed,
+            "seed": cfg.seed, "eval_seed": cfg.eval_seed, "isolation": cfg.isolation,
             "eval_instances": cfg.eval_instances or self.task.default_instances,
             "proposals": n,
             "valid_rate": sum(c.valid for c in self.candidates) / n if n else 0.0,

@@ -170,6 +170,7 @@ def write_run_report(run_dir: str | Path) -> dict:
         f"max_new_tokens {r.config['sampling']['max_new_tokens']}"
         + (f", ES sigma {r.config['es']['sigma']:g} -> {r.config['es']['sigma_final']:g} (cosine), alpha {r.config['es']['alpha']:g}"
            if r.method.startswith("agentic-esopt") else "") + ".",
+        f"Candidates ran in the sandbox with isolation: {r.config.get('isolation', 'python (before OS isolation)')}.",
         "",
         "| | objective |",
         "|---|---|",

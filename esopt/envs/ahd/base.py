@@ -36,6 +36,8 @@ class Evaluation:
     duration_s: float = 0.0
     stdout: str = ""
     """What the candidate printed (truncated); useful as feedback to the LLM."""
+    isolation: str | None = None
+    """The sandbox containment the candidate ran under (Limits.isolation)."""
 
 
 def task_rng(family: str, size: int, seed: int, index: int) -> np.random.Generator:
@@ -96,22 +98,24 @@ class AHDTask(abc.ABC):
         insts = self.instances(seed, n)
         res = call_in_sandbox(code, self.entry, self._payload(insts), limits or self.default_limits)
         if not res.ok:
-            return Evaluation(False, reason=res.error, duration_s=time.monotonic() - start, stdout=res.stdout)
+            return Evaluation(False, reason=res.error, duration_s=time.monotonic() - start, stdout=res.stdout,
+                              isolation=res.isolation)
         try:
             per = [float(x) for x in self._score(insts, res.value, seed)]
         except (CandidateError, ValueError, KeyError, TypeError, IndexError) as e:
             return Evaluation(False, reason=str(e) or type(e).__name__,
-                              duration_s=time.monotonic() - start, stdout=res.stdout)
+                              duration_s=time.monotonic() - start, stdout=res.stdout, isolation=res.isolation)
         return Evaluation(True, objective=float(np.mean(per)), per_instance=per,
-                          duration_s=time.monotonic() - start, stdout=res.stdout)
+                          duration_s=time.monotonic() - start, stdout=res.stdout, isolation=res.isolation)
 
-    def reference(self, seed: int = 0, n_instances: int | None = None) -> dict:
+    def reference(self, seed: int = 0, n_instances: int | None = None, limits: Limits | None = None) -> dict:
         """{"greedy": objective of the built-in baseline (same evaluator), "greedy_name": which,
-        "optimum": exact/best-known mean objective or None, plus task-specific extras}."""
+        "optimum": exact/best-known mean objective or None, plus task-specific extras}.
+        `limits` (default: the task's) only choose how the baseline runs, not what it scores."""
         n = self.default_instances if n_instances is None else int(n_instances)
         key = (int(seed), n)
         if key not in self._ref_cache:
-            ev = self.evaluate(self.greedy_code, seed=seed, n_instances=n)
+            ev = self.evaluate(self.greedy_code, seed=seed, n_instances=n, limits=limits)
             if not ev.valid:
                 raise RuntimeError(f"{self.name}: the built-in baseline failed: {ev.reason}")
             ref = {"greedy": ev.objective, "greedy_name": self.greedy_name,
