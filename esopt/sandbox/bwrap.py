@@ -8,7 +8,8 @@ its parent (--die-with-parent). Its filesystem is an empty read-only root holdin
     /usr/lib, /usr/lib64, /lib, /lib64, /etc/ld.so.cache   system shared libraries (read-only)
     /sbx/python                                             the interpreter's prefix (read-only)
     /sbx/site/0, /sbx/site/1, ...                           the site-packages directories (read-only)
-    /dev                                                    null, zero, full, random, urandom, tty (read-only)
+    /dev                                                    bwrap's minimal /dev (null, zero, full, random,
+                                                            urandom, tty, a private devpts), read-only
     /tmp                                                    a private tmpfs of max_file_mb: working
                                                             directory, HOME and TMPDIR
 
@@ -63,7 +64,9 @@ def interpreter() -> tuple[str, str]:
     PYTHON_DIR; Python finds its standard library relative to its executable."""
     prefix = os.path.realpath(sys.base_prefix)
     real = os.path.realpath(sys.executable)
-    if not real.startswith(prefix.rstrip("/") + "/"):
+    if not real.startswith(prefix.rstrip("/") + "/"):  # a virtualenv made with --copies: use its base
+        real = os.path.realpath(os.path.join(prefix, "bin", f"python{sys.version_info[0]}.{sys.version_info[1]}"))
+    if not real.startswith(prefix.rstrip("/") + "/") or not os.access(real, os.X_OK):
         raise IsolationUnavailable(
             f"cannot run LLM-written code: the interpreter {real} lies outside its prefix {prefix}, which "
             "bwrap would bind; use a standard Python install or set isolation: python")
