@@ -13,6 +13,9 @@ EXTRAS ?= dev,plots,envs,ray
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	# LLM-written code runs under bubblewrap; without it esopt refuses to run such code (one-line error).
+	command -v bwrap >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends bubblewrap) >/dev/null 2>&1 || echo "warning: could not install bubblewrap"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
