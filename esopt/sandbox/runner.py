@@ -198,14 +198,29 @@ def _namespace_pid(info: bytes) -> int | None:
         return None
 
 
-def _await_exit(pid: int, timeout: float) -> bool:
-    """Wait until process `pid` (not a child of ours) has exited; False on timeout."""
+def _end_namespace(init: int, kill: bool) -> None:
+    """Wait (at most a few seconds) until the pid namespace whose init has host pid `init` is gone,
+    killing that init first if `kill`, or if it lingers. A pidfd pins the process, and one that is
+    not a bwrap process is not ours: its pid was reused after our init had already been reaped."""
     try:
-        fd = os.pidfd_open(pid)
+        fd = os.pidfd_open(init)
     except ProcessLookupError:
-        return True
+        return
     try:
-        return bool(select.select([fd], [], [], timeout)[0])
+        try:
+            with open(f"/proc/{init}/comm") as f:
+                if f.read().strip() != "bwrap":
+                    return
+        except OSError:
+            return
+        for attempt in range(2):
+            if kill or attempt:
+                try:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                except ProcessLookupError:
+                    return
+            if select.select([fd], [], [], 5.0)[0]:
+                return
     finally:
         os.close(fd)
 
@@ -216,19 +231,11 @@ def _end(proc: subprocess.Popen, info: _Drain | None) -> None:
     Under bwrap everything runs in a pid namespace whose init (a bwrap process) takes every process
     in the namespace with it when it dies. bwrap itself may exit before that init is gone, so the
     init is killed (if need be) and awaited here, and the run ends only once the namespace is empty."""
-    init = _namespace_pid(info.data()) if info is not None else None
-    if init is not None:
-        if proc.poll() is None:
-            try:
-                os.kill(init, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if not _await_exit(init, 5.0):
-            try:
-                os.kill(init, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _await_exit(init, 5.0)
+    if info is not None:
+        info.join(timeout=1.0)  # bwrap closes its end right after reporting
+        init = _namespace_pid(info.data())
+        if init is not None:
+            _end_namespace(init, kill=proc.poll() is None)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
