@@ -18,7 +18,10 @@ import sysconfig
 from functools import lru_cache
 from types import CodeType
 
+# Always shipped: the bootstrap loads the child from the request, and the child imports seccomp
+# lazily (after the finder is in place), whether or not esopt itself lies in site-packages.
 CHILD_MODULES = ("esopt.sandbox.child", "esopt.sandbox.seccomp")
+
 
 def site_dirs() -> list[str]:
     """The site-packages directories on this interpreter's path, in order (they hold numpy)."""
