@@ -47,7 +47,7 @@ def _child(args) -> dict:
     """Measure one backend in this process; return the numbers."""
     import torch
 
-    from esopt.es import ESConfig, Strategy
+    from esopt.es import ESConfig, make_strategy
     from esopt.policy.base import SamplingConfig
 
     start = time.perf_counter()
@@ -76,7 +76,7 @@ def _child(args) -> dict:
         out[f"{label}_tok_s"] = tokens / seconds
         out[f"{label}_replies"] = replies
 
-    strategy = Strategy(ESConfig(population=4, alpha=1e-3), total_steps=1, run_seed=0)
+    strategy = make_strategy(ESConfig(population=4, alpha=1e-3), total_steps=1, run_seed=0)
     members = strategy.ask(0)
     perturb, restore = [], []
     for member in members[: args.cycles]:

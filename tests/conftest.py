@@ -20,27 +20,30 @@ def make_tiny_policy():
 @pytest.fixture
 def quadratic_es_run():
     """Factory: ES steps on f(theta) = -sum ||theta_k - target_k||^2 over small tensors, members evaluated
-    with perturb_tensor and every Update written to history.jsonl. Returns (base, live, target, history path)."""
-    from esopt.es import HistoryWriter, Strategy, apply_update, perturb_tensor
+    with perturb_tensor on the tensors they move, updates applied with one optimizer state and written to
+    history.jsonl. Returns (base, live, target, history path)."""
+    from esopt.es import HistoryWriter, OptimizerState, apply_update, make_strategy, perturb_tensor, tensors_moved
 
     def run(directory, steps, config, shapes=(("a.weight", (16, 8)), ("a.bias", (8,))), run_seed=2024):
         gen = torch.Generator().manual_seed(5)
         base = {name: torch.randn(shape, generator=gen) for name, shape in shapes}
         target = {k: torch.randn(v.shape, generator=gen) for k, v in base.items()}
         live = {k: v.clone() for k, v in base.items()}
-        scratch = {k: torch.empty_like(v) for k, v in base.items()}
-        strategy = Strategy(config, total_steps=steps, run_seed=run_seed)
+        strategy = make_strategy(config, total_steps=steps, run_seed=run_seed)
+        state = OptimizerState()
         path = directory / "history.jsonl"
         with HistoryWriter(path) as writer:
             for step in range(steps):
                 members = strategy.ask(step)
                 fitness = []
                 for m in members:
-                    for k in live:
-                        perturb_tensor(k, live[k], m, scratch[k])
-                    fitness.append(-sum(float(((scratch[k] - target[k]) ** 2).sum()) for k in live))
+                    perturbed = dict(live)
+                    for k in tensors_moved(m, live):
+                        perturbed[k] = torch.empty_like(live[k])
+                        perturb_tensor(k, live[k], m, perturbed[k])
+                    fitness.append(-sum(float(((perturbed[k] - target[k]) ** 2).sum()) for k in live))
                 update = strategy.tell(step, members, fitness)
-                apply_update(live, update)
+                apply_update(live, update, state)
                 writer.append(update)
         return base, live, target, path
 

@@ -16,7 +16,7 @@ from esopt.dist.async_es import AsyncES
 from esopt.dist.ray_evaluator import require_ray, resolve_threads
 from esopt.dist.replica import tiny_hf_policy
 from esopt.envs import make_env
-from esopt.es import ESConfig, Strategy, Update, derive_seed, read_history, replay
+from esopt.es import ESConfig, Update, derive_seed, make_strategy, read_history, replay
 from esopt.rollout import RolloutConfig
 from esopt.train.config import TrainConfig
 from esopt.train.es_trainer import ESTrainer
@@ -34,9 +34,9 @@ def _rollout() -> RolloutConfig:
     return config
 
 
-def _strategy() -> Strategy:
+def _strategy():
     # sigma large: a tiny random model needs a big push for its members' greedy replies to differ
-    return Strategy(ESConfig(population=4, sigma=0.05, sigma_final=0.01, alpha=0.05), STEPS, run_seed=0)
+    return make_strategy(ESConfig(population=4, sigma=0.05, sigma_final=0.01, alpha=0.05), STEPS, run_seed=0)
 
 
 def _step_inputs(env, step):

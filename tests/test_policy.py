@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from esopt.es import ESConfig, Member, Strategy, replay
+from esopt.es import ESConfig, Member, make_strategy, replay
 from esopt.policy.base import SamplingConfig
 
 
@@ -56,7 +56,7 @@ def test_perturbation_matches_seeded_noise(make_tiny_policy):
 def test_updates_replay_bit_exactly(make_tiny_policy):
     policy = make_tiny_policy()
     base = {n: t.clone() for n, t in policy.master_weights().items()}
-    strategy = Strategy(ESConfig(population=4, alpha=1e-2), total_steps=3, run_seed=5)
+    strategy = make_strategy(ESConfig(population=4, alpha=1e-2), total_steps=3, run_seed=5)
     history = []
     for step in range(3):
         members = strategy.ask(step)
@@ -73,7 +73,7 @@ def test_updates_replay_bit_exactly(make_tiny_policy):
 def test_all_equal_fitness_leaves_weights_unchanged(make_tiny_policy):
     policy = make_tiny_policy()
     before = _snapshot(policy)
-    strategy = Strategy(ESConfig(population=4), total_steps=1, run_seed=0)
+    strategy = make_strategy(ESConfig(population=4), total_steps=1, run_seed=0)
     members = strategy.ask(0)
     policy.apply(strategy.tell(0, members, [0.5] * 4))
     _assert_same(_snapshot(policy), before)
@@ -82,7 +82,7 @@ def test_all_equal_fitness_leaves_weights_unchanged(make_tiny_policy):
 def test_bf16_model_keeps_small_updates_in_master(make_tiny_policy):
     policy = make_tiny_policy(dtype=torch.bfloat16)
     base = {n: t.clone() for n, t in policy.master_weights().items()}
-    strategy = Strategy(ESConfig(population=2, alpha=1e-7), total_steps=1, run_seed=0)
+    strategy = make_strategy(ESConfig(population=2, alpha=1e-7), total_steps=1, run_seed=0)
     members = strategy.ask(0)
     policy.apply(strategy.tell(0, members, [0.0, 1.0]))
     # an update far below bf16 resolution still moves the fp32 master
@@ -91,7 +91,7 @@ def test_bf16_model_keeps_small_updates_in_master(make_tiny_policy):
 
 def test_save_loads_with_from_pretrained(make_tiny_policy, tmp_path):
     policy = make_tiny_policy()
-    strategy = Strategy(ESConfig(population=2, alpha=1e-2), total_steps=1, run_seed=0)
+    strategy = make_strategy(ESConfig(population=2, alpha=1e-2), total_steps=1, run_seed=0)
     policy.apply(strategy.tell(0, strategy.ask(0), [0.0, 1.0]))
     policy.save(str(tmp_path / "ckpt"))
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt", dtype=torch.float32)

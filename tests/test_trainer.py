@@ -8,7 +8,8 @@ from rich.console import Console
 
 from esopt.confutil import ConfigError
 from esopt.es import read_history, replay
-from esopt.train.es_trainer import ESTrainer, checkpoints, load_checkpoint_weights
+from esopt.policy.base import load_checkpoint_weights
+from esopt.train.es_trainer import ESTrainer, checkpoints
 
 
 def _quiet():

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from esopt.confutil import ConfigError
-from esopt.es import ESConfig, Member, Strategy
+from esopt.es import ESConfig, Member, make_strategy
 from esopt.policy.base import SamplingConfig
 
 DTYPE = "bfloat16"
@@ -133,7 +133,7 @@ def test_update_fingerprint_equals_hf_and_load_master_restores(policy, hf_policy
     assert policy.fingerprint() == hf_policy.fingerprint()
     chats = _chats(4)
     before = policy.generate(chats, GREEDY)
-    strategy = Strategy(ESConfig(population=4, alpha=1e-2), total_steps=2, run_seed=3)
+    strategy = make_strategy(ESConfig(population=4, alpha=1e-2), total_steps=2, run_seed=3)
     for step in range(2):
         members = strategy.ask(step)
         update = strategy.tell(step, members, [0.0, 1.0, 3.0, 0.5])

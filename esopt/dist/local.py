@@ -82,7 +82,7 @@ class LocalEvaluator(Evaluator):
         return (
             self.population_batching
             and bool(members)
-            and all(m.noise == "lowrank" for m in members)
+            and all(m.noise.kind == "lowrank" for m in members)
             and self.policy.supports_population(members)
         )
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import resource
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -43,16 +42,6 @@ def tiny_hf_policy(seed: int = 0) -> Policy:
     return HFPolicy(model, tokenizer)
 
 
-def load_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The tensors of every *.safetensors file in a checkpoint directory."""
-    from safetensors.torch import load_file
-
-    weights: dict[str, torch.Tensor] = {}
-    for file in sorted(Path(directory).glob("*.safetensors")):
-        weights.update(load_file(file))
-    return weights
-
-
 def set_threads(threads: int) -> None:
     """Limit torch's intra-op threads (and inter-op threads, where torch still allows it)."""
     if threads > 0:
@@ -78,7 +67,7 @@ class Replica:
         self.policy = factory()
         set_threads(threads)  # a factory may set its own thread count (model.threads)
         if checkpoint is not None:
-            self.policy.load_master_weights(load_weights(checkpoint))
+            self.policy.load_checkpoint(checkpoint)
         updates = list(updates or [])
         for update in updates:
             self.policy.apply(update)

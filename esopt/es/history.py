@@ -10,7 +10,9 @@ from typing import Iterable, Mapping
 
 import torch
 
-from esopt.es.strategy import Update, apply_update
+from esopt.es.optimizers import OptimizerState
+from esopt.es.records import Update
+from esopt.es.weights import apply_update
 
 __all__ = ["HistoryWriter", "read_history", "replay"]
 
@@ -96,8 +98,10 @@ def read_history(path: str | os.PathLike) -> list[Update]:
 
 
 def replay(base: Mapping[str, torch.Tensor], updates: Iterable[Update]) -> dict[str, torch.Tensor]:
-    """Return float32 clones of `base` with every update applied in order (base is untouched)."""
+    """Return float32 clones of `base` with every update applied in order (base is untouched), the
+    optimizer's state starting empty as in the run."""
     tensors = {name: t.detach().to(torch.float32).clone() for name, t in base.items()}
+    state = OptimizerState()
     for update in updates:
-        apply_update(tensors, update)
+        apply_update(tensors, update, state)
     return tensors

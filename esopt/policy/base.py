@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 from esopt.confutil import ConfigError, opt
-from esopt.es import Member, Update
+from esopt.es import Member, OptimizerState, Update
+
+OPTIMIZER_FILE = "optimizer.safetensors"
+"""The ES optimizer's state in a checkpoint directory, beside the model files (which from_pretrained reads)."""
 
 
 @dataclass
@@ -91,7 +96,8 @@ class Policy(abc.ABC):
 
     @abc.abstractmethod
     def save(self, directory: str) -> None:
-        """Write a checkpoint that `AutoModelForCausalLM.from_pretrained(directory)` loads."""
+        """Write a checkpoint that `AutoModelForCausalLM.from_pretrained(directory)` loads, with the ES
+        optimizer's state (if any) in OPTIMIZER_FILE."""
 
     @abc.abstractmethod
     def master_weights(self) -> dict:
@@ -100,6 +106,16 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def load_master_weights(self, weights: dict) -> None:
         """Replace the weights (fp32 tensors by name), e.g. from a checkpoint or a replay."""
+
+    def load_optimizer_state(self, state: OptimizerState) -> None:
+        """Replace the ES optimizer's state (momentum / Adam moments, base weights for weight decay)."""
+        if state:
+            raise NotImplementedError(f"{type(self).__name__} keeps no ES optimizer state")
+
+    def load_checkpoint(self, directory: str | os.PathLike) -> None:
+        """Continue from a checkpoint written by `save`: its weights and its ES optimizer state."""
+        self.load_master_weights(load_checkpoint_weights(directory))
+        self.load_optimizer_state(read_optimizer_state(directory))
 
     def num_parameters(self) -> int:
         return sum(t.numel() for t in self.master_weights().values())
@@ -112,3 +128,32 @@ def copy_into_master(master: dict, weights: dict) -> None:
         raise ValueError(f"weights lack {len(missing)} tensors, e.g. {missing[0]}")
     for name, tensor in master.items():
         tensor.copy_(weights[name].to(tensor.dtype))
+
+
+def load_checkpoint_weights(directory: str | os.PathLike) -> dict:
+    """The model tensors of a checkpoint directory (every model*.safetensors file)."""
+    from safetensors.torch import load_file
+
+    weights = {}
+    for file in sorted(Path(directory).glob("model*.safetensors")):
+        weights.update(load_file(file))
+    return weights
+
+
+def write_optimizer_state(directory: str | os.PathLike, state: OptimizerState) -> None:
+    """Save the optimizer state into a checkpoint directory (nothing when it is empty: plain SGD)."""
+    if state:
+        from safetensors.torch import save_file
+
+        save_file({k: t.contiguous() for k, t in state.state_dict().items()}, str(Path(directory) / OPTIMIZER_FILE))
+
+
+def read_optimizer_state(directory: str | os.PathLike) -> OptimizerState:
+    """The optimizer state of a checkpoint directory (empty when it has none)."""
+    state = OptimizerState()
+    file = Path(directory) / OPTIMIZER_FILE
+    if file.exists():
+        from safetensors.torch import load_file
+
+        state.load_state_dict(load_file(file))
+    return state

@@ -8,14 +8,15 @@ not hold a 1e-5 update).
 Population batching (low-rank noise): `generate(chats, ..., members=[...])`
 answers each chat with its own member's weights in ONE batched forward over the
 shared base weights. While such a call runs, a forward hook on every nn.Linear
-adds s_row * (x B) A^T to its output and one on every nn.Embedding adds
-s_row * A[ids] B^T, where s_row = sign*sigma/sqrt(rank) of the row's member (0
-for rows without one). The factors of all members in the call sit side by side
-(A: [m, S*r], B: [n, S*r]); each row's coefficient vector is nonzero only on
-its member's columns, so a layer costs two small matmuls whatever the mix of
-members, with no per-row Python loop. Hooks run in every decode step, so the
-KV cache holds perturbed keys and values; left-padded positions are perturbed
-too but are masked out as usual. A tied lm_head shares the embedding's tensor
+whose weight is in the members' scope (es.scope) adds s_row * (x B) A^T to its
+output and one on every such nn.Embedding adds s_row * A[ids] B^T, where
+s_row = sign*sigma/sqrt(rank) of the row's member (0 for rows without one).
+The factors of all members in the call sit side by side (A: [m, S*r],
+B: [n, S*r]); each row's coefficient vector is nonzero only on its member's
+columns, so a layer costs two small matmuls whatever the mix of members, with
+no per-row Python loop. Hooks run in every decode step, so the KV cache holds
+perturbed keys and values; left-padded positions are perturbed too but are
+masked out as usual. A tied lm_head shares the embedding's tensor
 name, so it gets the same A B^T as the embedding, exactly as materialised
 weights would. Non-matrix tensors (norm weights, biases) are frozen under
 low-rank noise by default; with `lowrank_vectors: full` they would need
@@ -35,9 +36,21 @@ from typing import Iterator, Sequence
 import torch
 
 from esopt.confutil import ConfigError, opt
-from esopt.es import Member, Update, apply_update, is_matrix, perturb_tensor, stacked_factors
+from esopt.es import (
+    LowRankNoise,
+    Member,
+    OptimizerState,
+    Scope,
+    Update,
+    apply_update,
+    is_matrix,
+    perturb_tensor,
+    stacked_factors,
+    tensors_moved,
+)
 from esopt.es.parallel import for_each_tensor
-from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master
+from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master, write_optimizer_state
+from esopt.policy.lowrank_hooks import PopulationFactors, bind_hook, embedding_hook, hook_targets, linear_hook
 from esopt.policy.models import resolve_model_path
 from esopt.policy.sampling import sampling_processors
 
@@ -77,8 +90,9 @@ class HFPolicy(Policy):
         # named_parameters() lists a tied tensor once, so tied embeddings are perturbed once.
         self._params = dict(model.named_parameters())
         self._master = {name: p.detach().to(torch.float32, copy=True) for name, p in self._params.items()}
-        self._hook_targets, self._population_blocker = _hook_targets(model, self._params)
-        self._population: _PopulationFactors | None = None
+        self.optimizer_state = OptimizerState()
+        self._hook_targets, self._unhookable = hook_targets(model, self._params)
+        self._population: PopulationFactors | None = None
         self._row_coef: torch.Tensor | None = None
 
     @classmethod
@@ -102,26 +116,31 @@ class HFPolicy(Policy):
         copy_into_master(self._master, weights)
         self._sync_model_to_master()
 
+    def load_optimizer_state(self, state: OptimizerState) -> None:
+        self.optimizer_state = state
+
     @torch.no_grad()
-    def _sync_model_to_master(self) -> None:
-        for name, param in self._params.items():
-            param.copy_(self._master[name])
+    def _sync_model_to_master(self, names: Sequence[str] | None = None) -> None:
+        for name in self._params if names is None else names:
+            self._params[name].copy_(self._master[name])
 
     @contextlib.contextmanager
     def perturbed(self, member: Member) -> Iterator[None]:
+        names = tensors_moved(member, self._master)  # the others keep the master's values untouched
+
         def perturb_one(name: str) -> None:
             with torch.no_grad():
                 perturb_tensor(name, self._master[name], member, out=self._params[name].data)
 
         try:
-            for_each_tensor(perturb_one, self._params)
+            for_each_tensor(perturb_one, names)
             yield
         finally:
-            self._sync_model_to_master()
+            self._sync_model_to_master(names)
 
     def apply(self, update: Update) -> None:
-        apply_update(self._master, update)
-        self._sync_model_to_master()
+        apply_update(self._master, update, self.optimizer_state)
+        self._sync_model_to_master(tensors_moved(update, self._master))
 
     # ---- population batching (low-rank noise) ------------------------------------------------
     def supports_population(self, members: Sequence[Member]) -> bool:
@@ -129,16 +148,18 @@ class HFPolicy(Policy):
 
     def _population_problem(self, members: Sequence[Member]) -> str | None:
         """Why these members cannot share one batched forward (None = they can)."""
-        if self._population_blocker:
-            return self._population_blocker
-        if any(m.noise != "lowrank" for m in members):
+        if any(not isinstance(m.noise, LowRankNoise) for m in members):
             return "population batching needs low-rank noise (es.noise=lowrank)"
-        if len({m.rank for m in members}) > 1:
-            return "population batching needs one rank for all members"
-        if any(m.subspace is not None for m in members):
+        if len({(m.noise, m.scope) for m in members}) > 1:
+            return "population batching needs one rank and one scope for all members"
+        if any(m.partition is not None for m in members):
             return "population batching does not support CoPES subspaces"
-        vectors = [n for n, t in self._master.items() if not is_matrix(t.shape)]
-        if vectors and any(m.lowrank_vectors != "frozen" for m in members):
+        moved = tensors_moved(members[0], self._master) if members else []
+        unhookable = [self._unhookable[name] for name in moved if name in self._unhookable]
+        if unhookable:
+            return unhookable[0]
+        vectors = [name for name in moved if not is_matrix(self._master[name].shape)]
+        if vectors:
             return (
                 f"population batching cannot perturb non-matrix tensors such as {vectors[0]!r} "
                 "(es.lowrank_vectors=full); use es.lowrank_vectors=frozen"
@@ -158,10 +179,12 @@ class HFPolicy(Policy):
         finally:
             self._population = previous
 
-    def _build_population(self, members: Sequence[Member]) -> "_PopulationFactors":
+    def _build_population(self, members: Sequence[Member]) -> PopulationFactors:
+        if not members:
+            return PopulationFactors({}, LowRankNoise(), Scope(), {})
         seeds = list(dict.fromkeys(m.seed for m in members))  # antithetic pairs share one factor slot
-        rank = members[0].rank if members else 1
-        names = sorted({name for _, _, name in self._hook_targets})
+        noise, scope = members[0].noise, members[0].scope
+        names = sorted({name for _, _, name in self._hook_targets} & set(tensors_moved(members[0], self._master)))
         device = self.model.device
         factors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -169,20 +192,22 @@ class HFPolicy(Policy):
             # In the weight's dtype, like the layer's own matmul (bf16 factors: ~0.4% rounding per entry,
             # far less than rounding master + sigma*eps to bf16 in the materialised path).
             dtype = self._params[name].dtype
-            a, b = stacked_factors(seeds, name, self._master[name].shape, rank)
+            a, b = stacked_factors(seeds, name, self._master[name].shape, noise.rank)
             factors[name] = (a.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype))
 
         for_each_tensor(build, names)
-        return _PopulationFactors({s: i for i, s in enumerate(seeds)}, rank, factors)
+        return PopulationFactors({s: i for i, s in enumerate(seeds)}, noise, scope, factors)
 
     @contextlib.contextmanager
     def _member_rows(self, row_members: Sequence[Member | None]) -> Iterator[None]:
         """Install the hooks that give row j of every forward inside the perturbation of row_members[j]."""
         live = [m for m in row_members if m is not None]
         population = self._population
-        if population is None or any(m.seed not in population.slots or m.rank != population.rank for m in live):
+        if population is None or any(
+            m.seed not in population.slots or (m.noise, m.scope) != (population.noise, population.scope) for m in live
+        ):
             population = self._build_population(list(dict.fromkeys(live)))
-        rank = population.rank
+        rank = population.noise.rank
         coef = torch.zeros(len(row_members), len(population.slots) * rank, dtype=torch.float32)
         for j, m in enumerate(row_members):
             if m is not None:
@@ -192,9 +217,11 @@ class HFPolicy(Policy):
         handles = []
         try:
             for module, kind, name in self._hook_targets:
+                if name not in population.factors:
+                    continue  # outside the members' scope: this layer runs unperturbed
                 a, b = population.factors[name]
-                hook = _embedding_hook if kind == "embedding" else _linear_hook
-                handles.append(module.register_forward_hook(_bind(hook, self, a, b)))
+                hook = embedding_hook if kind == "embedding" else linear_hook
+                handles.append(module.register_forward_hook(bind_hook(hook, lambda: self._row_coef, a, b)))
             yield
         finally:
             for handle in handles:
@@ -209,7 +236,7 @@ class HFPolicy(Policy):
         return digest.hexdigest()[:16]
 
     def save(self, directory: str) -> None:
-        """Save the fp32 master (so a resumed run continues bit-exactly) with the tokenizer."""
+        """Save the fp32 master and the optimizer state (so a resumed run continues bit-exactly) with the tokenizer."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         dtype = self.model.config.dtype
@@ -219,6 +246,7 @@ class HFPolicy(Policy):
         finally:
             self.model.config.dtype = dtype
         self.tokenizer.save_pretrained(out)
+        write_optimizer_state(out, self.optimizer_state)
 
     # ---- generation ----------------------------------------------------------------------
     def _regex_processor(self, regexes: list[str | None]):
@@ -309,75 +337,6 @@ def _reply_lengths(new_tokens: torch.Tensor, eos_id: int, pad_id: int) -> list[i
     first_end = torch.where(ended, positions, width).min(dim=1).values
     ends_with_eos = (first_end < width) & (new_tokens.gather(1, first_end.clamp(max=width - 1)[:, None])[:, 0] == eos_id)
     return (first_end + ends_with_eos.long()).tolist()
-
-
-@dataclass
-class _PopulationFactors:
-    """Stacked low-rank factors of a set of member seeds: slot s owns columns s*rank .. s*rank+rank-1."""
-
-    slots: dict[int, int]
-    rank: int
-    factors: dict[str, tuple[torch.Tensor, torch.Tensor]]
-    """Tensor name -> (A [m, S*rank], B [n, S*rank]) in the weight's dtype on the model's device."""
-
-
-def _hook_targets(model, params: dict[str, torch.nn.Parameter]) -> tuple[list[tuple[torch.nn.Module, str, str]], str | None]:
-    """(module, 'linear' | 'embedding', tensor name) for every module whose weight is a trainable matrix,
-    and the reason population batching is impossible for this model (None if it is possible)."""
-    names = {id(p): name for name, p in params.items()}
-    targets: list[tuple[torch.nn.Module, str, str]] = []
-    blocker = None
-    for module_name, module in model.named_modules():
-        weight = getattr(module, "weight", None)
-        if weight is None or id(weight) not in names or weight.dim() != 2:
-            continue
-        if type(module) is torch.nn.Linear:
-            targets.append((module, "linear", names[id(weight)]))
-        elif type(module) is torch.nn.Embedding and module.max_norm is None:
-            targets.append((module, "embedding", names[id(weight)]))
-        else:
-            blocker = blocker or f"population batching cannot hook module {module_name!r} ({type(module).__name__})"
-    covered = {name for _, _, name in targets}
-    missing = [name for name, p in params.items() if p.dim() == 2 and name not in covered]
-    if missing and blocker is None:
-        blocker = f"population batching cannot perturb {missing[0]!r}: no nn.Linear or nn.Embedding uses it"
-    return targets, blocker
-
-
-def _bind(hook, policy: HFPolicy, a: torch.Tensor, b: torch.Tensor):
-    def bound(module, args, output):
-        return hook(policy._row_coef, a, b, args, output)
-
-    return bound
-
-
-def _row_scale(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    if x.dim() < 2 or x.shape[0] != coef.shape[0]:
-        raise RuntimeError(
-            f"population batching expects batch-first activations with {coef.shape[0]} rows, got shape {tuple(x.shape)}"
-        )
-    return coef.view(coef.shape[0], *([1] * (x.dim() - 2)), coef.shape[1])
-
-
-def _add_lowrank(output: torch.Tensor, left: torch.Tensor, coef: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """output += (left * coef_row) @ right^T, in place and in the model's dtype (one fused addmm; the
-    per-row scale is applied in fp32 on the small [tokens, S*r] tensor)."""
-    scaled = (left.to(torch.float32) * _row_scale(coef, left)).to(output.dtype)
-    if not output.is_contiguous():
-        output = output.contiguous()
-    output.view(-1, output.shape[-1]).addmm_(scaled.reshape(-1, scaled.shape[-1]), right.T)
-    return output
-
-
-def _linear_hook(coef, a, b, args, output):
-    """x W^T + s_row (x B) A^T, with x B for every member in one matmul and s_row masking the row's member."""
-    x = args[0]
-    return _add_lowrank(output, torch.matmul(x.to(b.dtype), b), coef, a)
-
-
-def _embedding_hook(coef, a, b, args, output):
-    """W[ids] + s_row A[ids] B^T (row `ids` of the perturbation A B^T)."""
-    return _add_lowrank(output, torch.nn.functional.embedding(args[0], a), coef, b)
 
 
 def _cut_at_stop(text: str, stops) -> str:

@@ -6,7 +6,9 @@ worker, where perturbations are made. Only seeds and coefficients cross the proc
 (`LLM.collective_rpc` on the methods of `ESWorkerExtension`, a mixin vLLM adds to its worker class):
 the worker regenerates member i's noise with esopt's own counter-based noise (`perturb_tensor`), so a
 member's weights are bit-identical to the HF backend's at the same dtype, and applies an update with
-the same `apply_update` the driver runs, so both masters stay equal (`check_sync` proves it).
+the same `apply_update` the driver runs, each side keeping its own ES optimizer state, so both masters
+stay equal (`check_sync` proves it). Tensors outside the members' scope (es.scope) are written
+unperturbed.
 
 How a worker writes weights into the engine (`weight_sync`):
 - "reload" (the CPU path, and the default there): `reload_weights(weights_iterator=...)` with the
@@ -38,8 +40,8 @@ from typing import Any, Iterator
 import torch
 
 from esopt.confutil import ConfigError, opt
-from esopt.es import Member, Update, apply_update, perturb_tensor
-from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master
+from esopt.es import Member, OptimizerState, Update, apply_update, perturb_tensor, tensors_moved
+from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master, read_optimizer_state, write_optimizer_state
 from esopt.policy.models import resolve_model_path
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -107,6 +109,7 @@ class ESWorkerExtension:
         if self.device.type != "cpu":
             master = {name: t.to(self.device) for name, t in master.items()}
         self._esopt_master = master
+        self._esopt_optimizer = OptimizerState()
         self._esopt_dtype = self.model_config.dtype
         return mode
 
@@ -114,14 +117,14 @@ class ESWorkerExtension:
         return weights_fingerprint(self._esopt_master)
 
     def esopt_perturb(self, member: dict) -> None:
-        self._esopt_write(self._esopt_perturbed_tensors(Member(**member)))
+        self._esopt_write(self._esopt_perturbed_tensors(Member.from_json(member)))
 
     def esopt_restore(self) -> None:
         # copy=True: the engine must never hold a reference to the master (fp32 .to() would alias it)
         self._esopt_write((name, t.to(self._esopt_dtype, copy=True)) for name, t in self._esopt_master.items())
 
     def esopt_apply(self, update: dict) -> None:
-        apply_update(self._esopt_master, Update.from_json(update))
+        apply_update(self._esopt_master, Update.from_json(update), self._esopt_optimizer)
         self.esopt_restore()
 
     def esopt_load(self, safetensors_file: str) -> None:
@@ -132,6 +135,9 @@ class ESWorkerExtension:
             tensor.copy_(weights[name])
         self.esopt_restore()
 
+    def esopt_load_optimizer(self, checkpoint_dir: str) -> None:
+        self._esopt_optimizer = read_optimizer_state(checkpoint_dir)
+
     def esopt_seed(self, seed: int) -> None:
         # Sampling without a per-request seed draws from the worker's global generator.
         torch.manual_seed(seed)
@@ -141,7 +147,11 @@ class ESWorkerExtension:
         # Lazily, one tensor at a time: the engine consumes them layer by layer, so no second full
         # copy of the weights is ever held. Writing straight into the compute dtype rounds once, like
         # HFPolicy does into its bf16 parameters.
+        moved = set(tensors_moved(member, self._esopt_master))
         for name, base in self._esopt_master.items():
+            if name not in moved:
+                yield name, base.to(self._esopt_dtype, copy=True)
+                continue
             out = torch.empty(base.shape, dtype=self._esopt_dtype, device=base.device)
             with torch.no_grad():
                 perturb_tensor(name, base, member, out=out)
@@ -188,6 +198,7 @@ class VLLMPolicy(Policy):
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._master = load_master(self.path, DTYPES[config.dtype])
+        self.optimizer_state = OptimizerState()
         self.weight_sync = self._rpc("esopt_init", str(self.path), config.dtype, config.weight_sync)[0]
         self.check_sync()
 
@@ -228,10 +239,17 @@ class VLLMPolicy(Policy):
             self._rpc("esopt_load", file)
         self._weights_changed()
 
+    def load_optimizer_state(self, state: OptimizerState) -> None:
+        self.optimizer_state = state
+
+    def load_checkpoint(self, directory) -> None:
+        super().load_checkpoint(directory)
+        self._rpc("esopt_load_optimizer", str(directory))  # each worker reads the same file
+
     @contextlib.contextmanager
     def perturbed(self, member: Member) -> Iterator[None]:
         try:
-            self._rpc("esopt_perturb", dataclasses.asdict(member))
+            self._rpc("esopt_perturb", member.to_json())
             self._weights_changed()
             yield
         finally:
@@ -239,7 +257,7 @@ class VLLMPolicy(Policy):
             self._weights_changed()
 
     def apply(self, update: Update) -> None:
-        apply_update(self._master, update)
+        apply_update(self._master, update, self.optimizer_state)
         self._rpc("esopt_apply", update.to_json())
         self._weights_changed()
 
@@ -260,6 +278,7 @@ class VLLMPolicy(Policy):
         if (self.path / "generation_config.json").exists():
             shutil.copy(self.path / "generation_config.json", out / "generation_config.json")
         self.tokenizer.save_pretrained(out)
+        write_optimizer_state(out, self.optimizer_state)
 
     # ---- generation ----------------------------------------------------------------------
     def _sampling_params(self, sampling: SamplingConfig, regex: str | None):

@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 
 from esopt.confutil import ConfigError, leaf_fields, load_yaml, opt, set_path, to_dict
-from esopt.es import ESConfig, HistoryWriter, Member, Strategy, derive_seed
+from esopt.es import ESConfig, HistoryWriter, Member, derive_seed, make_strategy
 from esopt.policy.base import Policy, SamplingConfig
 from esopt.policy.hf import ModelConfig
 from esopt.sandbox import ISOLATIONS, IsolationUnavailable, require_isolation
@@ -370,7 +370,7 @@ class AHDRun:
         self.reference = self.task.reference(config.eval_seed, self.n_instances, limits=self.limits)
         self.evaluator = Evaluator(self.task, config.eval_seed, self.n_instances, config.eval_workers, self.limits)
         self.proposer = EoHProposer(self.task, config.eoh) if config.loop == "eoh" else SampleProposer(self.task)
-        self.strategy = Strategy(config.es, config.batches, config.seed) if config.coevolve else None
+        self.strategy = make_strategy(config.es, config.batches, config.seed) if config.coevolve else None
         self.candidates: list[Candidate] = []
         self.best: Candidate | None = None
 

@@ -20,7 +20,7 @@ from esopt.dist import Evaluator, LocalEvaluator
 from esopt.dist.async_es import AsyncES
 from esopt.dist.replica import model_policy
 from esopt.envs import make_env
-from esopt.es import HistoryWriter, Strategy, derive_seed, noise_table, read_history
+from esopt.es import HistoryWriter, derive_seed, make_strategy, read_history
 from esopt.policy.base import Policy
 from esopt.rollout import rollout
 from esopt.train.config import TrainConfig, load_config
@@ -46,15 +46,6 @@ def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
         if (path / "esopt.json").exists():  # written last: its presence marks a complete checkpoint
             found.append((int(path.name[len(CHECKPOINT_PREFIX) :]), path))
     return sorted(found)
-
-
-def load_checkpoint_weights(path: Path) -> dict:
-    from safetensors.torch import load_file
-
-    weights = {}
-    for file in sorted(path.glob("*.safetensors")):
-        weights.update(load_file(file))
-    return weights
 
 
 def step_work(config: TrainConfig, env, step: int) -> tuple[list, int]:
@@ -87,15 +78,8 @@ class ESTrainer:
         self.policy = policy
         self.console = console or Console()
         self.env = make_env(config.env.name, config.env.options)
-        self.strategy = Strategy(config.es, config.steps, config.seed)
-        if config.es.noise == "table":
-            largest = max(t.numel() for t in policy.master_weights().values())
-            if largest > config.es.table_size:
-                raise ConfigError(
-                    f"es.table_size ({config.es.table_size}) is smaller than the model's largest tensor "
-                    f"({largest} elements); raise es.table_size to at least {largest}"
-                )
-            noise_table(config.es.table_size)  # built now (~0.2 s), not inside the first step's perturbation
+        self.strategy = make_strategy(config.es, config.steps, config.seed)
+        self.strategy.prepare(policy.master_weights())  # scope and noise fit this model (ConfigError if not)
         self.eval_tasks = self.env.tasks("eval", config.eval_tasks, config.eval_seed)
         self.policy_factory = policy_factory or functools.partial(model_policy, config.model)
         self.evaluator: Evaluator | None = None  # built by run(), once the weights are restored
@@ -187,7 +171,7 @@ class ESTrainer:
         self._restore_point = (None, 0, history)
         if usable:
             first, path = usable[-1]
-            self.policy.load_master_weights(load_checkpoint_weights(path))
+            self.policy.load_checkpoint(path)
             expected = json.loads((path / "esopt.json").read_text())["fingerprint"]
             if self.policy.fingerprint() != expected:
                 raise RuntimeError(f"checkpoint {path} does not match its recorded fingerprint")

@@ -36,13 +36,13 @@ from pathlib import Path
 from esopt.confutil import ConfigError, load_yaml, opt
 from esopt.envs import make_env
 from esopt.es import derive_seed
-from esopt.policy.base import Policy
+from esopt.policy.base import Policy, load_checkpoint_weights
 from esopt.rollout import rollout
 from esopt.skills.analyst import Analyst, AnalystConfig, make_analyst
 from esopt.skills.distill import SKILL_FILE, DistillConfig, distill, read_log
 from esopt.skills.document import Skill, SkillError, seed_skill
 from esopt.train.config import TrainConfig
-from esopt.train.es_trainer import ESTrainer, checkpoints, load_checkpoint_weights
+from esopt.train.es_trainer import ESTrainer, checkpoints
 from esopt.train.evaluate import evaluate
 from esopt.train.pg_common import config_from_args, config_parser
 

@@ -16,13 +16,19 @@ matrix.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import torch
 
-from esopt.es.noise import derive_seed
+from esopt.confutil import ConfigError
+from esopt.es.noise.base import Noise, Shape, as_shape, is_int
+from esopt.es.noise.full import tensor_noise
+from esopt.es.seeds import derive_seed
 
 __all__ = [
+    "LOWRANK_VECTORS",
+    "LowRankNoise",
     "is_matrix",
     "lowrank_factors",
     "stacked_factors",
@@ -30,8 +36,10 @@ __all__ = [
     "lowrank_direction",
 ]
 
+LOWRANK_VECTORS = ("frozen", "full")
 
-def is_matrix(shape: Sequence[int] | torch.Size) -> bool:
+
+def is_matrix(shape: Shape) -> bool:
     """Whether a tensor of `shape` gets low-rank noise (2-D weights); other tensors are 'vectors'."""
     return len(shape) == 2
 
@@ -45,7 +53,7 @@ def _factor(seed: int, name: str, which: str, rank: int, rows: int) -> torch.Ten
     return out
 
 
-def _check(shape: Sequence[int] | torch.Size, rank: int) -> tuple[int, int]:
+def _check(shape: Shape, rank: int) -> tuple[int, int]:
     if not is_matrix(shape):
         raise ValueError(f"low-rank noise needs a 2-D tensor, got shape {tuple(shape)}")
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
@@ -53,7 +61,7 @@ def _check(shape: Sequence[int] | torch.Size, rank: int) -> tuple[int, int]:
     return int(shape[0]), int(shape[1])
 
 
-def lowrank_factors(seed: int, name: str, shape: Sequence[int] | torch.Size, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+def lowrank_factors(seed: int, name: str, shape: Shape, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(A [m, r], B [n, r]): member `seed`'s float32 N(0, 1) factors for the matrix `name` of `shape` (m, n).
     Unscaled: the perturbation direction is A B^T / sqrt(r)."""
     m, n = _check(shape, rank)
@@ -61,7 +69,7 @@ def lowrank_factors(seed: int, name: str, shape: Sequence[int] | torch.Size, ran
 
 
 def stacked_factors(
-    seeds: Sequence[int], name: str, shape: Sequence[int] | torch.Size, rank: int
+    seeds: Sequence[int], name: str, shape: Shape, rank: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(A [m, S*r], B [n, S*r]) with the factors of seeds[s] in columns s*r .. s*r+r-1 (contiguous)."""
     m, n = _check(shape, rank)
@@ -73,7 +81,7 @@ def stacked_factors(
     return a.T.contiguous(), b.T.contiguous()
 
 
-def lowrank_perturbation(seed: int, name: str, shape: Sequence[int] | torch.Size, rank: int) -> torch.Tensor:
+def lowrank_perturbation(seed: int, name: str, shape: Shape, rank: int) -> torch.Tensor:
     """The materialised float32 noise A B^T / sqrt(r) of member `seed` for matrix `name` (unit-variance entries)."""
     return lowrank_direction([(seed, 1.0)], name, shape, rank)
 
@@ -81,7 +89,7 @@ def lowrank_perturbation(seed: int, name: str, shape: Sequence[int] | torch.Size
 def lowrank_direction(
     coefficients: Sequence[tuple[int, float]],
     name: str,
-    shape: Sequence[int] | torch.Size,
+    shape: Shape,
     rank: int,
     *,
     device: torch.device | str | None = None,
@@ -98,3 +106,56 @@ def lowrank_direction(
     scale = torch.tensor([c / math.sqrt(rank) for _, c in pairs], dtype=torch.float32).repeat_interleave(rank)
     a.mul_(scale)  # column s*r+j scaled by c_s / sqrt(r)
     return torch.matmul(a.to(device), b.to(device).T)
+
+
+@dataclass(frozen=True)
+class LowRankNoise(Noise):
+    """EGGROLL (`es.noise: lowrank`): each 2-D weight moves along A B^T / sqrt(rank); `vectors` says what
+    happens to the other tensors (norm weights, biases): 'frozen' (never perturbed nor updated, which keeps
+    population batching possible) or 'full' (full-rank noise)."""
+
+    rank: int = 1
+    vectors: str = "frozen"
+
+    kind = "lowrank"
+    partitionable = False  # a CoPES mask would make A B^T full-rank
+
+    def __post_init__(self) -> None:
+        if not is_int(self.rank) or self.rank < 1:
+            raise ConfigError(f"es.rank must be an integer >= 1, got {self.rank!r}")
+        if self.vectors not in LOWRANK_VECTORS:
+            raise ConfigError(f"es.lowrank_vectors: unknown value {self.vectors!r}; expected one of {', '.join(LOWRANK_VECTORS)}")
+
+    @classmethod
+    def from_config(cls, config: Any) -> "LowRankNoise":
+        return cls(rank=config.rank, vectors=config.lowrank_vectors)
+
+    def perturbs(self, shape: Shape) -> bool:
+        return is_matrix(shape) or self.vectors == "full"
+
+    def sample(self, seed: int, name: str, shape: Shape, out: torch.Tensor | None = None) -> torch.Tensor:
+        if is_matrix(shape):
+            return lowrank_perturbation(seed, name, shape, self.rank)
+        if self.vectors == "frozen":
+            raise ValueError(f"low-rank noise with frozen vectors does not perturb {name!r} (shape {tuple(shape)})")
+        return tensor_noise(seed, name, shape, out=out)
+
+    def direction(
+        self,
+        terms: Sequence[tuple[int, float]],
+        name: str,
+        shape: Shape,
+        *,
+        device: torch.device | str | None = None,
+        mask: Callable[[int], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Matrices: one [m, S*r] @ [S*r, n] matmul over all terms; other tensors: full-rank noise
+        (vectors 'full') or zero (frozen)."""
+        if mask is not None:
+            raise ValueError("low-rank noise cannot be restricted to CoPES subspaces")
+        shape = as_shape(shape)
+        if is_matrix(shape):
+            return lowrank_direction(terms, name, shape, self.rank, device=device)
+        if self.vectors == "frozen":
+            return torch.zeros(shape, dtype=torch.float32, device=device)
+        return super().direction(terms, name, shape, device=device)
