@@ -106,21 +106,63 @@ def cmd_train(argv: list[str]) -> int:
 
 
 # ---- eval ----------------------------------------------------------------------------------------
+def _model_from_spec(spec: str, model):
+    """A ModelConfig for `spec`: a run directory (its newest checkpoint), a model directory or 'default'."""
+    import dataclasses
+
+    from esopt.train.es_trainer import checkpoints
+
+    path = Path(spec)
+    if (path / "config.yaml").exists() and (path / "checkpoints").is_dir():
+        found = checkpoints(path)
+        if not found:
+            raise ConfigError(f"run directory {path} has no complete checkpoint")
+        spec = str(found[-1][1])
+    return dataclasses.replace(model, path=spec)
+
+
+def _print_eval(console, label: str, report: dict) -> None:
+    from esopt.envs.metrics import wilson_interval
+
+    n, k = report["tasks"], report["samples"]
+    console.print(f"[bold]{label}[/]  ({n} tasks x {k} sample{'s' if k > 1 else ''})")
+    for key, value in report.items():
+        if key in ("per_task_success", "answers") or key.endswith("_ci95"):
+            continue
+        if key in (f"success_mean@{k}", "trivial_success") or key.startswith(("pass@", "success/")):
+            low, high = report[f"success_mean@{k}_ci95"] if key == f"success_mean@{k}" else wilson_interval(value * n, n)
+            console.print(f"{key:>20}: {value:.4f}  95% CI [{low:.3f}, {high:.3f}]")
+        else:
+            console.print(f"{key:>20}: {value:.4f}" if isinstance(value, float) else f"{key:>20}: {value}")
+    shown = ", ".join(f"{answer or '(none)'}: {count}" for answer, count in list(report["answers"].items())[:8])
+    console.print(f"{'answers':>20}: {shown}")
+
+
 def cmd_eval(argv: list[str]) -> int:
     from rich.console import Console
 
     from esopt.envs import make_env
+    from esopt.envs.base import SPLITS
+    from esopt.envs.metrics import paired_difference
     from esopt.policy import load_policy
     from esopt.policy.hf import ModelConfig
     from esopt.rollout import RolloutConfig
     from esopt.train.evaluate import evaluate
 
-    parser = argparse.ArgumentParser(prog="esopt eval", description="Evaluate a model or checkpoint on an env.")
+    parser = argparse.ArgumentParser(
+        prog="esopt eval",
+        description="Evaluate a model or checkpoint on an env; with --compare, two of them on the same tasks (paired).",
+    )
     parser.add_argument("--tasks", type=int, default=32, help="number of tasks (default: 32)")
-    parser.add_argument("--split", default="eval", choices=("train", "eval"), help="task split (default: eval)")
+    parser.add_argument("--split", default="eval", choices=SPLITS, help="task split: train, val (for choosing settings) or eval (held out; default)")
     parser.add_argument("--seed", type=int, default=0, help="task and decoding seed (default: 0)")
     parser.add_argument("--samples", type=int, default=1, help="k episodes per task for Mean@k / Pass@k (use temperature > 0)")
     parser.add_argument("--out", help="write trajectories (JSONL) here")
+    parser.add_argument(
+        "--compare", nargs=2, metavar=("A", "B"),
+        help="evaluate A and B (run directories, model directories or 'default') on the same tasks and report "
+        "the paired difference B - A of per-task success with its 95%% bootstrap interval",
+    )
     _add_env_flags(parser, _env_name_from_argv(argv, "sudoku"))
     _add_config_flags(parser, ModelConfig, "model.")
     _add_config_flags(parser, RolloutConfig, "rollout.")
@@ -134,11 +176,22 @@ def cmd_eval(argv: list[str]) -> int:
     if args.tasks < 1 or args.samples < 1:
         raise ConfigError("--tasks and --samples must be >= 1")
     env = make_env(getattr(args, "env_name", "sudoku"), _env_overrides(args))
-    policy = load_policy(model)
-    report = evaluate(policy, env, env.tasks(args.split, args.tasks, args.seed), rollout_config, args.samples, args.seed, args.out)
+    tasks = env.tasks(args.split, args.tasks, args.seed)
     console = Console()
-    for key, value in report.items():
-        console.print(f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}")
+    specs = args.compare or [model.path]
+    reports = []
+    for i, spec in enumerate(specs):
+        out = args.out if not args.compare else (f"{args.out}.{'AB'[i]}.jsonl" if args.out else None)
+        policy = load_policy(_model_from_spec(spec, model))
+        reports.append(evaluate(policy, env, tasks, rollout_config, args.samples, args.seed, out))
+        del policy
+        _print_eval(console, spec if args.compare else f"{spec} on {env.name}/{args.split}", reports[-1])
+    if args.compare:
+        d = paired_difference(reports[1]["per_task_success"], reports[0]["per_task_success"])
+        console.print(
+            f"[bold]paired difference B - A[/] over the same {d['n']} tasks: {d['diff']:+.4f}  "
+            f"95% CI [{d['low']:+.3f}, {d['high']:+.3f}]  (sign-flip p = {d['p']:.3g})"
+        )
     return 0
 
 

@@ -95,7 +95,7 @@ def test_parse_number():
 
 def test_hash_split_is_stable():
     assert hash_split("math", "What is 2+2?") == hash_split("math", "What is 2+2?")
-    assert {hash_split("math", f"q{i}") for i in range(50)} == {"train", "eval"}
+    assert {hash_split("math", f"q{i}") for i in range(50)} == {"train", "val", "eval"}
 
 
 # -- tasks -------------------------------------------------------------------------------------

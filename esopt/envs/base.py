@@ -9,11 +9,13 @@ a policy: the rollout loop sits between the two.
 from __future__ import annotations
 
 import abc
+import hashlib
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-SPLITS = ("train", "eval")
+SPLITS = ("train", "val", "eval")
+"""train: what ES trains on; val: where settings are chosen; eval: held out for reporting only."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,8 @@ class StepResult:
     done: bool
     info: dict = field(default_factory=dict)
     """Diagnostics. Conventional keys: `invalid` (bool, the action was malformed or illegal),
-    `success` (bool, set on the final turn)."""
+    `success` (bool, set on the final turn), `answer` (str, set on the final turn: what the agent
+    answered, so evaluations can show the answer distribution and expose a collapse to one answer)."""
 
 
 class Episode(abc.ABC):
@@ -81,15 +84,31 @@ class Env(abc.ABC):
 
     @abc.abstractmethod
     def tasks(self, split: str, n: int, seed: int) -> list[Task]:
-        """`n` tasks of `split` ("train" or "eval"), the same for the same (split, n, seed).
-        Train and eval tasks never overlap."""
+        """`n` tasks of `split` ("train", "val" or "eval"), the same for the same (split, n, seed).
+        The three splits never overlap."""
 
     @abc.abstractmethod
     def start(self, task: Task) -> Episode:
         """Begin an episode on `task`."""
 
+    def trivial_baseline(self, tasks: list[Task]) -> tuple[str, float] | None:
+        """(description, success rate on `tasks`) of the best policy that ignores the observation, e.g.
+        always giving the most frequent answer; a learned rate means little unless it beats this. None
+        when the env defines none."""
+        return None
+
     def describe(self) -> dict:
         return {"name": self.name, **dataclasses.asdict(self.config)}
+
+
+def held_out_split(key: str) -> str:
+    """Which half of the held-out pool a task with content `key` belongs to: "val" or "eval".
+
+    Envs first decide by a hash whether a task is held out (never trained on); that pool is then cut
+    in two by a second hash, so choosing settings on val never touches the reported eval tasks and the
+    train split stays what it always was."""
+    digest = hashlib.sha256(f"esopt-val|{key}".encode("utf-8", "replace")).digest()
+    return "val" if digest[0] % 2 else "eval"
 
 
 def check_split(split: str) -> None:

@@ -155,3 +155,47 @@ def pass_at_k(
 def _comb_pass_at_k(n: int, c: int, k: int) -> float:
     """Reference formula with exact binomials (used by the tests)."""
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+# ----------------------------------------------------------------------------------------------
+# Uncertainty of rates and of paired gains
+# ----------------------------------------------------------------------------------------------
+
+Z95 = 1.959963984540054
+
+
+def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval (95% by default) of a rate observed as `successes` out of `n`.
+
+    Unlike the normal approximation it stays inside [0, 1] and is honest at rates near 0 or 1 and at
+    small n, where ES evaluations often sit. `successes` may be fractional (a mean of graded scores)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = min(1.0, max(0.0, successes / n))
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def paired_difference(
+    after: Sequence[float], before: Sequence[float], resamples: int = 10_000, seed: int = 0
+) -> dict[str, float]:
+    """Mean of after[i] - before[i] over the same tasks, with a 95% paired-bootstrap interval and a
+    two-sided sign-flip permutation p-value (no difference: each task's pair is exchangeable)."""
+    import random
+
+    if len(after) != len(before) or not after:
+        raise ValueError(f"paired_difference needs two equally long non-empty lists, got {len(after)} and {len(before)}")
+    diffs = [float(a) - float(b) for a, b in zip(after, before)]
+    n = len(diffs)
+    observed = math.fsum(diffs) / n
+    rng = random.Random(seed)
+    means = sorted(math.fsum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    low, high = means[int(0.025 * resamples)], means[min(resamples - 1, int(0.975 * resamples))]
+    nonzero = [d for d in diffs if d]
+    extreme = sum(
+        abs(math.fsum(d if rng.random() < 0.5 else -d for d in nonzero)) >= abs(observed) * n - 1e-12
+        for _ in range(resamples)
+    )
+    return {"diff": observed, "low": low, "high": high, "p": (extreme + 1) / (resamples + 1), "n": n}

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 from esopt.confutil import ConfigError, opt
 from esopt.envs import register_env
-from esopt.envs.base import Env, Episode, StepResult, Task, check_split
+from esopt.envs.base import Env, Episode, StepResult, Task, check_split, held_out_split
 
 EMPTY = "."
+OBSERVATIONS = ("board", "marks", "board+marks")
 # Largest supported number of empty cells. A 4x4 puzzle needs >= 4 clues and a 9x9 one >= 17 to be
 # uniquely solvable; the caps below stay inside what the greedy remover reaches reliably.
 MAX_EMPTY = {4: 12, 9: 55}
@@ -213,8 +214,10 @@ def _hash_int(text: str) -> int:
 
 
 def puzzle_split(puzzle: str) -> str:
-    """The split a puzzle belongs to, from a stable hash of its string."""
-    return "eval" if _hash_int("esopt-sudoku-split|" + puzzle) % EVAL_FRACTION == 0 else "train"
+    """The split a puzzle belongs to ("train", "val" or "eval"), from a stable hash of its string."""
+    if _hash_int("esopt-sudoku-split|" + puzzle) % EVAL_FRACTION:
+        return "train"
+    return held_out_split("sudoku|" + puzzle)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -325,6 +328,12 @@ class SudokuConfig:
         "Guided-decoding grammar: 'format' (any `set <row> <col> <value>` in range) or 'legal' "
         "(row and column restricted to the currently empty cells: action masking).",
     )
+    observation: str = opt(
+        "board",
+        "What each observation shows: 'board' (the grid and the list of empty cells), 'marks' (for every "
+        "empty cell, which digits its row, column and box already use and which are free: the facts a "
+        "solver needs, spelled out) or 'board+marks' (both).",
+    )
     partial_credit: bool = opt(
         False,
         "If true, an unsolved episode scores the fraction of originally empty cells holding the "
@@ -353,6 +362,10 @@ class SudokuConfig:
             )
         if self.grammar not in ("format", "legal"):
             raise ConfigError(f"sudoku.grammar must be 'format' or 'legal', got {self.grammar!r}")
+        if self.observation not in OBSERVATIONS:
+            raise ConfigError(
+                f"sudoku.observation must be one of {', '.join(OBSERVATIONS)}, got {self.observation!r}"
+            )
         if not isinstance(self.partial_credit, bool):
             raise ConfigError(f"sudoku.partial_credit must be true or false, got {self.partial_credit!r}")
 
@@ -431,6 +444,20 @@ class SudokuEnv(Env):
                 )
         return out
 
+    def trivial_baseline(self, tasks: list[Task]) -> tuple[str, float] | None:
+        """Writing one fixed digit into every empty cell, for the digit that solves the most of `tasks`."""
+        if not tasks:
+            return None
+        solved = {d: 0 for d in range(1, self.size + 1)}
+        for task in tasks:
+            puzzle, _ = _parse_grid(task.data["puzzle"], self.size)
+            solution, _ = _parse_grid(task.data["solution"], self.size)
+            digits = {solution[i] for i, d in enumerate(puzzle) if d == 0}
+            if len(digits) == 1:
+                solved[digits.pop()] += 1
+        best = max(solved, key=lambda d: (solved[d], -d))
+        return f"always {best}", solved[best] / len(tasks)
+
     # -- episodes ------------------------------------------------------------------------------
 
     def start(self, task: Task) -> "SudokuEpisode":
@@ -469,7 +496,35 @@ class SudokuEpisode(Episode):
     def _empty(self) -> list[int]:
         return [i for i in self.targets if self.board[i] == 0]
 
+    def _used_digits(self, cell: int) -> set[int]:
+        """Digits already placed in the row, column or box of `cell`."""
+        g = _Geometry.of(self.size)
+        return {
+            self.board[j]
+            for j in range(g.cells)
+            if self.board[j] and (g.row[j] == g.row[cell] or g.col[j] == g.col[cell] or g.box[j] == g.box[cell])
+        }
+
+    def _marks(self) -> list[str]:
+        n = self.size
+        lines = []
+        for i in self._empty():
+            used = self._used_digits(i)
+            marks = " ".join(f"{d}:{'used' if d in used else 'free'}" for d in range(1, n + 1))
+            lines.append(f"Cell ({i // n + 1},{i % n + 1}) {marks}")
+        return lines
+
     def _render(self, feedback: str) -> str:
+        view = self.env.config.observation
+        lines = self._board_lines() if view in ("board", "board+marks") else []
+        if view in ("marks", "board+marks"):
+            lines.extend(self._marks())
+        lines.append(feedback)
+        if not self.done:
+            lines.append(f"Turns left: {self.turns_left}. Reply: set <row> <col> <value>")
+        return "\n".join(lines)
+
+    def _board_lines(self) -> list[str]:
         n, b = self.size, math.isqrt(self.size)
         head = "  |" + "|".join(
             " " + " ".join(str(c + 1) for c in range(s, s + b)) + " " for s in range(0, n, b)
@@ -486,10 +541,7 @@ class SudokuEpisode(Episode):
         empty = self._empty()
         if empty:
             lines.append("Empty (row,col): " + " ".join(f"({i // n + 1},{i % n + 1})" for i in empty))
-        lines.append(feedback)
-        if not self.done:
-            lines.append(f"Turns left: {self.turns_left}. Reply: set <row> <col> <value>")
-        return "\n".join(lines)
+        return lines
 
     def _apply(self, action: str) -> str:
         """Fill a cell from `action`. Returns feedback; it starts with "Invalid:" when the action
@@ -535,7 +587,8 @@ class SudokuEpisode(Episode):
                 reward = 1.0
             elif self.env.config.partial_credit:
                 reward = correct / len(self.targets) if self.targets else 0.0
-            info.update(success=success, filled_correct=correct, empty_cells=len(self.targets))
+            answer = " ".join(str(self.board[i]) if self.board[i] else EMPTY for i in self.targets)
+            info.update(success=success, filled_correct=correct, empty_cells=len(self.targets), answer=answer)
             if success:
                 feedback += " The board is solved!"
             elif full:

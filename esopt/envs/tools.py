@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Iterable, Sequence
 
+from esopt.envs.base import held_out_split
+
 # ----------------------------------------------------------------------------------------------
 # Stable hashing and split assignment
 # ----------------------------------------------------------------------------------------------
@@ -45,8 +47,10 @@ def stable_int(text: str) -> int:
 
 
 def hash_split(namespace: str, key: str, buckets: int = EVAL_BUCKETS) -> str:
-    """The split ("train" or "eval") that a task with content `key` belongs to."""
-    return "eval" if stable_int(f"esopt-split|{namespace}|{key}") % buckets == 0 else "train"
+    """The split ("train", "val" or "eval") that a task with content `key` belongs to."""
+    if stable_int(f"esopt-split|{namespace}|{key}") % buckets:
+        return "train"
+    return held_out_split(f"{namespace}|{key}")
 
 
 def short_hash(text: str, n: int = 10) -> str:

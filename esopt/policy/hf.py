@@ -51,6 +51,7 @@ from esopt.es import (
 from esopt.es.parallel import for_each_tensor
 from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master, write_optimizer_state
 from esopt.policy.lowrank_hooks import PopulationFactors, bind_hook, embedding_hook, hook_targets, linear_hook
+from esopt.policy.guided import GrammarComplete, forced_prefix
 from esopt.policy.models import resolve_model_path
 from esopt.policy.sampling import sampling_processors
 
@@ -64,6 +65,12 @@ class ModelConfig:
     attn_implementation: str = opt("eager", "attention kernel: eager | sdpa (eager measured faster on CPU for short prompts)")
     threads: int = opt(0, "torch CPU threads (0 = torch's default)")
     max_batch_size: int = opt(0, "split generate calls into batches of at most this many chats (0 = no limit)")
+    jump_forward: bool = opt(
+        True,
+        "guided decoding: text the grammar forces (e.g. 'set 2 3' when one cell is empty) is prefilled with the "
+        "prompt instead of decoded token by token; replies follow the same distribution, but bf16 rounding can "
+        "flip greedy near-ties (false reproduces runs made before this option existed)",
+    )
     backend: str = opt("hf", "policy backend: hf (transformers) | vllm (needs the vllm extra; see README)")
     vllm: dict = opt({}, "backend=vllm only: engine options (kv_cache_gib, enforce_eager, weight_sync, multiprocessing, ...)")
 
@@ -79,8 +86,9 @@ class ModelConfig:
 
 
 class HFPolicy(Policy):
-    def __init__(self, model, tokenizer, max_batch_size: int = 0):
+    def __init__(self, model, tokenizer, max_batch_size: int = 0, jump_forward: bool = True):
         self.max_batch_size = max_batch_size
+        self.jump_forward = jump_forward
         model.eval()
         model.requires_grad_(False)
         self.model = model
@@ -106,7 +114,7 @@ class HFPolicy(Policy):
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=DTYPES[config.dtype], attn_implementation=config.attn_implementation
         )
-        return cls(model, tokenizer, max_batch_size=config.max_batch_size)
+        return cls(model, tokenizer, max_batch_size=config.max_batch_size, jump_forward=config.jump_forward)
 
     # ---- weights -------------------------------------------------------------------------
     def master_weights(self) -> dict[str, torch.Tensor]:
@@ -306,26 +314,33 @@ class HFPolicy(Policy):
         return replies
 
     def _generate_batch(self, chats, sampling, regexes, seed) -> tuple[list[str], list[int]]:
-        from transformers import LogitsProcessorList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         texts = self.tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=False)
+        # Text every match of a row's grammar starts with is prefilled with the prompt instead of
+        # decoded one forced token at a time.
+        split = [forced_prefix(r) if r and self.jump_forward else ("", r) for r in regexes]
+        prefixes = [prefix for prefix, _ in split]
+        regexes = [rest for _, rest in split]
+        texts = [text + prefix for text, prefix in zip(texts, prefixes)]
         encoded = self.tokenizer(
             texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
         ).to(self.model.device)
-        processors = LogitsProcessorList(
-            ([self._regex_processor(regexes)] if any(regexes) else []) + sampling_processors(sampling)
-        )
+        grammar = self._regex_processor(regexes) if any(r is not None for r in regexes) else None
+        processors = LogitsProcessorList(([grammar] if grammar else []) + sampling_processors(sampling))
+        stopping = StoppingCriteriaList([GrammarComplete(grammar)] if grammar and self.jump_forward else [])
         torch.manual_seed(seed)
         output = self.model.generate(
             **encoded,
             generation_config=self._generation_config(sampling),
             logits_processor=processors,
+            stopping_criteria=stopping,
             tokenizer=self.tokenizer if sampling.stop else None,
         )
         new_tokens = output[:, encoded["input_ids"].shape[1] :]
         replies = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         lengths = _reply_lengths(new_tokens, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
-        return [_cut_at_stop(reply, sampling.stop) for reply in replies], lengths
+        return [_cut_at_stop(prefix + reply, sampling.stop) for prefix, reply in zip(prefixes, replies)], lengths
 
 
 def _reply_lengths(new_tokens: torch.Tensor, eos_id: int, pad_id: int) -> list[int]:

@@ -82,6 +82,8 @@ class TrainConfig:
     tasks_per_step: int = opt(8, "N: training tasks per step; every member sees the same N tasks")
     eval_tasks: int = opt(32, "held-out tasks per evaluation (the same tasks every time)")
     eval_seed: int = opt(0, "seed of the held-out task set (fixed, so runs with different seeds compare)")
+    eval_split: str = opt("eval", "split of the periodic evaluation: 'eval' (held out, for reporting) or 'val' (for choosing settings)")
+    eval_greedy: bool = opt(True, "evaluate with greedy decoding whatever rollout.sampling says (false: evaluate with rollout.sampling)")
     eval_every: int = opt(5, "evaluate every k steps (0 = only before and after training)")
     seed: int = opt(0, "run seed: member seeds, task batches and decoding seeds derive from it")
     checkpoint_every: int = opt(0, "save a checkpoint every k steps (0 = only the final one)")
@@ -99,6 +101,8 @@ class TrainConfig:
         for name in ("eval_every", "checkpoint_every", "trajectories_per_step"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.eval_split not in ("val", "eval"):
+            raise ConfigError(f"eval_split must be 'val' or 'eval', got {self.eval_split!r}")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         make_env(self.env.name, self.env.options)  # validates the env options

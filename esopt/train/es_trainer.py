@@ -3,6 +3,7 @@ checkpoints, an append-only update history, resume and a report."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shutil
@@ -22,7 +23,7 @@ from esopt.dist.replica import model_policy
 from esopt.envs import make_env
 from esopt.es import HistoryWriter, derive_seed, make_strategy, read_history
 from esopt.policy.base import Policy
-from esopt.rollout import rollout
+from esopt.rollout import RolloutConfig, rollout
 from esopt.train.config import TrainConfig, load_config
 from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
 from esopt.train.report import write_report
@@ -54,6 +55,13 @@ def step_work(config: TrainConfig, env, step: int) -> tuple[list, int]:
     return tasks, derive_seed(config.seed, "decode", step)  # common random numbers across members
 
 
+def eval_rollout_config(config: TrainConfig) -> RolloutConfig:
+    """The rollout settings of held-out evaluation: training's, decoded greedily when eval_greedy is set."""
+    if not config.eval_greedy or config.rollout.sampling.greedy:
+        return config.rollout
+    return dataclasses.replace(config.rollout, sampling=dataclasses.replace(config.rollout.sampling, temperature=0.0))
+
+
 @dataclass
 class EvalResult:
     step: int
@@ -80,7 +88,7 @@ class ESTrainer:
         self.env = make_env(config.env.name, config.env.options)
         self.strategy = make_strategy(config.es, config.steps, config.seed)
         self.strategy.prepare(policy.master_weights())  # scope and noise fit this model (ConfigError if not)
-        self.eval_tasks = self.env.tasks("eval", config.eval_tasks, config.eval_seed)
+        self.eval_tasks = self.env.tasks(config.eval_split, config.eval_tasks, config.eval_seed)
         self.policy_factory = policy_factory or functools.partial(model_policy, config.model)
         self.evaluator: Evaluator | None = None  # built by run(), once the weights are restored
         self.async_es: AsyncES | None = None
@@ -197,7 +205,7 @@ class ESTrainer:
         if self.async_es is not None:
             self.async_es.drain()  # no worker competes with the driver for the CPUs meanwhile
         start = time.perf_counter()
-        result = rollout(self.policy, self.env, self.eval_tasks, self.config.rollout, seed=self.config.eval_seed)
+        result = rollout(self.policy, self.env, self.eval_tasks, eval_rollout_config(self.config), seed=self.config.eval_seed)
         seconds = time.perf_counter() - start
         write_trajectories(
             self.run_dir / "trajectories" / f"eval_step{step:05d}.jsonl",
@@ -318,7 +326,9 @@ class ESTrainer:
             self.save_checkpoint(cfg.steps)
         self.history.close()
         self.metrics.close()
-        summary = write_report(self.run_dir, cfg, read_metrics(self.run_dir), self.policy.fingerprint())
+        summary = write_report(
+            self.run_dir, cfg, read_metrics(self.run_dir), self.policy.fingerprint(), self.env, self.eval_tasks
+        )
         summary["run_dir"] = str(self.run_dir)
         return summary
 

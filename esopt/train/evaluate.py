@@ -1,4 +1,5 @@
-"""Evaluation harness: k episodes per task -> Mean@k, Pass@k (Max@k for graded rewards), turns, per category."""
+"""Evaluation harness: k episodes per task -> Mean@k, Pass@k (Max@k for graded rewards), turns, per category,
+each rate with its 95% interval, the model's answer distribution and the best trivial policy's rate."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from esopt.envs.base import Env, Task
-from esopt.envs.metrics import max_at_k, mean_at_k, pass_at_k
+from collections import Counter
+
+from esopt.envs.metrics import max_at_k, mean_at_k, pass_at_k, wilson_interval
 from esopt.policy.base import Policy
 from esopt.rollout import RolloutConfig, rollout
 
@@ -21,7 +24,8 @@ def evaluate(
     seed: int = 0,
     out: str | None = None,
 ) -> dict:
-    """Run `samples` episodes of every task in one batched rollout and score them."""
+    """Run `samples` episodes of every task in one batched rollout and score them. `per_task_success`
+    (each task's mean success over its samples, in task order) feeds paired comparisons."""
     result = rollout(policy, env, [task for task in tasks for _ in range(samples)], config, seed=seed)
     by_task = [result.trajectories[i * samples : (i + 1) * samples] for i in range(len(tasks))]
     rewards = [[t.reward for t in group] for group in by_task]
@@ -37,6 +41,14 @@ def evaluate(
         "mean_turns": sum(t.turns for t in result.trajectories) / len(result.trajectories),
         "invalid_rate": result.metrics["invalid_rate"],
     }
+    per_task = [sum(row) / k for row in successes]
+    report[f"success_mean@{k}_ci95"] = wilson_interval(sum(per_task), len(tasks))
+    answers = Counter(str(t.final_info.get("answer", "")) for t in result.trajectories)
+    report["answers"] = dict(answers.most_common())
+    trivial = env.trivial_baseline(tasks)
+    if trivial is not None:
+        report["trivial_policy"], report["trivial_success"] = trivial
+    report["per_task_success"] = per_task
     categories: dict[str, list[bool]] = defaultdict(list)
     for trajectory in result.trajectories:
         if "category" in trajectory.final_info:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
 from statistics import mean, median
+
+from esopt.envs.metrics import paired_difference, wilson_interval
 
 EVAL_KEYS = ("success", "mean_reward", "mean_turns", "invalid_rate")
 TIME_KEYS = ("generate_s", "env_s", "perturb_s", "restore_s", "update_s")
@@ -76,9 +80,22 @@ def print_summary(console, summary: dict, title: str) -> None:
     table.add_column("held-out metric")
     table.add_column("before", justify="right")
     table.add_column("after", justify="right")
+    n = summary.get("eval_n")
     for key in summary.get("before", {}):
-        table.add_row(key, f"{summary['before'][key]:.3f}", f"{summary['after'][key]:.3f}")
+        cells = []
+        for when in ("before", "after"):
+            value = summary[when][key]
+            interval = wilson_interval(value * n, n) if key == "success" and n else None
+            cells.append(f"{value:.3f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""))
+        table.add_row(key, *cells)
     console.print(table)
+    heldout = summary.get("heldout")
+    if heldout:
+        d = heldout["gain"]
+        trivial = f"; best trivial policy ({heldout['trivial'][0]}) {heldout['trivial'][1]:.3f}" if heldout.get("trivial") else ""
+        console.print(
+            f"paired success gain {d['diff']:+.3f} (95% CI [{d['low']:+.3f}, {d['high']:+.3f}], n = {d['n']}){trivial}"
+        )
     if "seconds_per_step" in summary:
         split = summary["time_split"]
         total = sum(split.values()) or 1.0
@@ -88,18 +105,65 @@ def print_summary(console, summary: dict, title: str) -> None:
 
 
 def eval_section(summary: dict, what: str) -> list[str]:
-    """Markdown lines: held-out metrics before and after training (empty without evals)."""
+    """Markdown lines: held-out metrics before and after training, success with its 95% Wilson interval,
+    and (from the eval trajectories, see `heldout_comparison`) the paired gain, the answer distribution
+    and the best trivial policy (empty without evals)."""
     if "before" not in summary:
         return []
     first, last = summary["eval_steps"]
-    return [
+
+    def cell(key: str, when: str) -> str:
+        value = summary[when][key]
+        if key != "success" or "eval_n" not in summary:
+            return f"{value:.3f}"
+        low, high = wilson_interval(value * summary["eval_n"], summary["eval_n"])
+        return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+
+    lines = [
         f"## Held-out evaluation ({what})",
         "",
         f"| metric | before (step {first}) | after (step {last}) |",
         "|---|---|---|",
-        *[f"| {k} | {summary['before'][k]:.3f} | {summary['after'][k]:.3f} |" for k in EVAL_KEYS],
+        *[f"| {k} | {cell(k, 'before')} | {cell(k, 'after')} |" for k in EVAL_KEYS],
         "",
     ]
+    heldout = summary.get("heldout")
+    if heldout:
+        d = heldout["gain"]
+        lines += [f"Success is shown with its 95% Wilson interval over n = {d['n']} tasks.", ""]
+        lines += [
+            f"Paired gain (after - before, same tasks): {d['diff']:+.3f}, 95% bootstrap interval "
+            f"[{d['low']:+.3f}, {d['high']:+.3f}], sign-flip p = {d['p']:.3g}.",
+            "",
+        ]
+        if heldout.get("trivial"):
+            name, rate = heldout["trivial"]
+            low, high = wilson_interval(rate * d["n"], d["n"])
+            lines += [f"Best trivial policy ({name}): {rate:.3f} [{low:.3f}, {high:.3f}].", ""]
+        for when in ("before", "after"):
+            answers = ", ".join(f"`{a or '(none)'}` {c}" for a, c in heldout["answers"][when][:6])
+            lines += [f"Answers {when}: {answers}", ""]
+    return lines
+
+
+def heldout_comparison(run_dir: Path, first: int, last: int, env=None, tasks=None) -> dict | None:
+    """Paired before/after success and answer distributions from a run's eval trajectories (one record
+    per task, in task order), plus the env's trivial baseline on the same tasks."""
+    files = [Path(run_dir) / "trajectories" / f"eval_step{step:05d}.jsonl" for step in (first, last)]
+    if not all(f.exists() for f in files):
+        return None
+    before, after = ([json.loads(line) for line in f.read_text().splitlines() if line] for f in files)
+    if not before or len(before) != len(after):
+        return None
+    answers = {
+        when: Counter(str(r.get("final_info", {}).get("answer", "")) for r in records).most_common()
+        for when, records in (("before", before), ("after", after))
+    }
+    return {
+        "gain": paired_difference([float(r["success"]) for r in after], [float(r["success"]) for r in before]),
+        "answers": answers,
+        "trivial": env.trivial_baseline(tasks) if env is not None and tasks else None,
+    }
 
 
 def time_section(summary: dict) -> list[str]:
@@ -121,9 +185,12 @@ def time_section(summary: dict) -> list[str]:
     ]
 
 
-def write_report(run_dir: Path, config, metrics: list[dict], fingerprint: str) -> dict:
+def write_report(run_dir: Path, config, metrics: list[dict], fingerprint: str, env=None, eval_tasks=None) -> dict:
     run_dir = Path(run_dir)
     summary = summarize(metrics)
+    if "eval_steps" in summary:
+        summary["eval_n"] = config.eval_tasks
+        summary["heldout"] = heldout_comparison(run_dir, *summary["eval_steps"], env, eval_tasks)
     train = [r for r in metrics if "train/fitness_mean" in r]
     evals = [r for r in metrics if "eval/success" in r]
     plot = plot_reward_curve(run_dir, train, evals)
@@ -136,7 +203,7 @@ def write_report(run_dir: Path, config, metrics: list[dict], fingerprint: str) -
         + f", alpha {config.es.alpha:g}, seed {config.seed}.",
         "",
     ]
-    lines += eval_section(summary, f"{config.eval_tasks} tasks")
+    lines += eval_section(summary, f"{config.eval_tasks} {config.eval_split} tasks, greedy" if config.eval_greedy else f"{config.eval_tasks} {config.eval_split} tasks")
     lines += time_section(summary)
     if plot:
         lines += ["## Reward curve", "", f"![reward curve]({plot})", ""]

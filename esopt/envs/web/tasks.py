@@ -23,7 +23,7 @@ import random
 from typing import Callable
 
 from esopt.confutil import ConfigError
-from esopt.envs.base import Task
+from esopt.envs.base import SPLITS, Task, held_out_split
 from esopt.envs.web.evaluators import evaluator_kind
 from esopt.envs.web.site import CATEGORIES, NOUNS, ORDER_STATUSES, REPLY_WORDS, THREAD_OPENERS, SiteState, generate_site
 
@@ -42,7 +42,9 @@ def _hash_int(text: str) -> int:
 
 
 def site_split(site_seed: int) -> str:
-    return "eval" if _hash_int(f"esopt-web-split|{site_seed}") % EVAL_ONE_IN == 0 else "train"
+    if _hash_int(f"esopt-web-split|{site_seed}") % EVAL_ONE_IN:
+        return "train"
+    return held_out_split(f"web-site|{site_seed}")
 
 
 def _answer(kind: str, value) -> dict:
@@ -336,9 +338,10 @@ def load_task_file(path: str, eval_percent: int) -> list[Task]:
         task_id = str(item.get("task_id", k))
         split = item.get("split")
         if split is None:
-            split = "eval" if _hash_int(f"esopt-web-file|{task_id}") % 100 < eval_percent else "train"
-        elif split not in ("train", "eval"):
-            raise ConfigError(f"{where}: split must be 'train' or 'eval', got {split!r}")
+            held_out = _hash_int(f"esopt-web-file|{task_id}") % 100 < eval_percent
+            split = held_out_split(f"web-file|{task_id}") if held_out else "train"
+        elif split not in SPLITS:
+            raise ConfigError(f"{where}: split must be one of {', '.join(SPLITS)}, got {split!r}")
         sites = item.get("sites") or ["webarena"]
         data = {
             "source": "webarena",

@@ -1,0 +1,217 @@
+"""Does ES make the model better? Held-out gains over several training seeds, with their intervals.
+
+    python -m benchmarks.learning [--quick] [--envs sudoku-h1,sudoku-h3,countdown] [--seeds 0,1,2]
+                                  [--eval-tasks 200] [--out bench_results]
+
+For each env: ES-trains the default model from `configs/learn_<env>.yaml` once per training seed (each
+run its own `esopt train` process; its periodic evaluations on the *val* split give the learning
+curve), then evaluates the base model and every trained model on the same `--eval-tasks` tasks of the
+*eval* split, which no setting was chosen on: greedy decoding, and Mean@4 with the sampled decoder of
+the Agentic ESOpt paper (temperature 0.7, top-p 0.8, top-k 20). Reported per env and seed: success with
+its 95% Wilson interval, the paired gain over the base on the same tasks with its 95% bootstrap
+interval, the best trivial policy's rate (e.g. always the most frequent answer) and the distribution of
+the model's answers, so a collapse to one answer cannot pass for learning. Writes
+`<out>/learning.md`, `<out>/learning.json` and one `learning_<env>.png` per env (held-out success
+against wall-clock seconds and against training episodes).
+
+`--quick` (what `make learn QUICK=1` runs): only sudoku-h1, two seeds, 128 eval tasks, no Mean@4.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ENVS = {
+    "sudoku-h1": "configs/learn_sudoku_h1.yaml",
+    "sudoku-h3": "configs/learn_sudoku_h3.yaml",
+    "countdown": "configs/learn_countdown.yaml",
+}
+PAPER_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
+
+
+def train(env: str, seed: int, runs_dir: Path, extra: list[str]) -> Path:
+    """One ES training run in its own process; returns its run directory."""
+    name = f"{env}__es__seed{seed}"
+    run_dir = runs_dir / name
+    if (run_dir / "report.md").exists():
+        print(f"[learn] {name}: already trained, reusing {run_dir}", flush=True)
+        return run_dir
+    command = [sys.executable, "-m", "esopt.cli", "train", "--config", str(ROOT / ENVS[env]), "--seed", str(seed),
+               "--runs_dir", str(runs_dir), "--run_name", name, *extra]
+    print(f"[learn] {' '.join(command[2:])}", flush=True)
+    log = runs_dir / f"{name}.log"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as f:
+        code = subprocess.call(command, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+    if code:
+        raise SystemExit(f"[learn] training {name} failed (exit {code}); see {log}")
+    return run_dir
+
+
+def curve(run_dir: Path) -> list[dict]:
+    """(updates, wall-clock seconds of training so far, training episodes so far, val success) per eval."""
+    from esopt.train.logging import read_metrics
+
+    rows, seconds, episodes = [], 0.0, 0
+    config = json.loads(json.dumps(__import__("yaml").safe_load((run_dir / "config.yaml").read_text())))
+    per_step = config["es"]["population"] * config["tasks_per_step"]
+    for record in read_metrics(run_dir):
+        if "time/step_s" in record:
+            seconds += record["time/step_s"]
+            episodes += per_step
+        if "eval/success" in record:
+            rows.append({"step": record["step"], "seconds": seconds, "episodes": episodes, "success": record["eval/success"]})
+    return rows
+
+
+def evaluate_models(env_name: str, models: dict[str, str], eval_tasks: int, samples: bool) -> dict:
+    """Greedy (and Mean@4 sampled) evaluation of every model on the same eval-split tasks."""
+    import dataclasses
+
+    from esopt.envs import make_env
+    from esopt.policy import load_policy
+    from esopt.train.config import load_config
+    from esopt.train.evaluate import evaluate
+
+    config = load_config(ROOT / ENVS[env_name])
+    env = make_env(config.env.name, config.env.options)
+    tasks = env.tasks("eval", eval_tasks, 12345)  # a seed no training run or config uses
+    greedy = dataclasses.replace(config.rollout, sampling=dataclasses.replace(config.rollout.sampling, temperature=0.0))
+    sampled = dataclasses.replace(config.rollout, sampling=dataclasses.replace(config.rollout.sampling, **PAPER_SAMPLING))
+    results = {}
+    for label, path in models.items():
+        policy = load_policy(dataclasses.replace(config.model, path=path))
+        results[label] = {"greedy": evaluate(policy, env, tasks, greedy, 1, seed=12345)}
+        if samples:
+            results[label]["mean@4"] = evaluate(policy, env, tasks, sampled, 4, seed=12345)
+        print(f"[learn] {env_name} {label}: greedy success {results[label]['greedy']['success_mean@1']:.3f}", flush=True)
+        del policy
+    return results
+
+
+def latest_checkpoint(run_dir: Path) -> str:
+    from esopt.train.es_trainer import checkpoints
+
+    return str(checkpoints(run_dir)[-1][1])
+
+
+def plot(env: str, curves: dict[int, list[dict]], out: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for seed, rows in curves.items():
+        for ax, key in zip(axes, ("seconds", "episodes")):
+            ax.plot([r[key] for r in rows], [r["success"] for r in rows], "o-", label=f"ES seed {seed}")
+    axes[0].set_xlabel("training wall-clock (s)")
+    axes[1].set_xlabel("training episodes")
+    axes[0].set_ylabel("val success (greedy)")
+    axes[1].legend()
+    fig.suptitle(f"{env}: held-out (val) success during ES training")
+    fig.tight_layout()
+    name = f"learning_{env}.png"
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def rate(report: dict, key: str) -> str:
+    from esopt.envs.metrics import wilson_interval
+
+    n = report["tasks"]
+    value = report[key]
+    low, high = wilson_interval(value * n, n)
+    return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def gain(after: dict, before: dict) -> str:
+    from esopt.envs.metrics import paired_difference
+
+    d = paired_difference(after["per_task_success"], before["per_task_success"])
+    return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (p={d['p']:.2g})"
+
+
+def answers(report: dict) -> str:
+    return ", ".join(f"`{a}` {c}" for a, c in list(report["answers"].items())[:4])
+
+
+def markdown(env: str, config_path: str, results: dict, curves: dict, png: str | None, samples: bool) -> list[str]:
+    base = results["base"]
+    trivial = f"{base['greedy']['trivial_policy']}: {rate(base['greedy'], 'trivial_success')}" if "trivial_policy" in base["greedy"] else "n/a"
+    lines = [
+        f"## {env} (`{config_path}`)",
+        "",
+        f"{base['greedy']['tasks']} eval-split tasks (never used to choose settings). Best trivial policy ({trivial}).",
+        "",
+        "| model | greedy success [95% CI] | paired gain vs base [95% CI] |"
+        + (" Mean@4 sampled [95% CI] | paired gain vs base |" if samples else "")
+        + " train s | answers (greedy) |",
+        "|---|---|---|" + ("---|---|" if samples else "") + "---|---|",
+    ]
+    for label, result in results.items():
+        g = result["greedy"]
+        row = f"| {label} | {rate(g, 'success_mean@1')} | " + ("-" if label == "base" else gain(g, base["greedy"])) + " |"
+        if samples:
+            s = result["mean@4"]
+            row += f" {rate(s, 'success_mean@4')} | " + ("-" if label == "base" else gain(s, base["mean@4"])) + " |"
+        seconds = curves.get(label, [{}])[-1].get("seconds") if label != "base" else None
+        row += f" {seconds:.0f} |" if seconds else " - |"
+        row += f" {answers(g)} |"
+        lines.append(row)
+    lines.append("")
+    if png:
+        lines += [f"![{env} learning curves]({png})", ""]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="sudoku-h1 only, seeds 0,1, 128 eval tasks, greedy only")
+    parser.add_argument("--envs", default=",".join(ENVS), help="comma-separated: " + ", ".join(ENVS))
+    parser.add_argument("--seeds", default="0,1,2", help="training seeds")
+    parser.add_argument("--eval-tasks", type=int, default=200, help="eval-split tasks per model")
+    parser.add_argument("--out", default="bench_results", help="output directory")
+    args = parser.parse_args(argv)
+    envs = ["sudoku-h1"] if args.quick else [e for e in args.envs.split(",") if e]
+    seeds = [0, 1] if args.quick else [int(s) for s in args.seeds.split(",")]
+    eval_tasks = 128 if args.quick else args.eval_tasks
+    samples = not args.quick
+    unknown = [e for e in envs if e not in ENVS]
+    if unknown:
+        raise SystemExit(f"unknown env(s) {', '.join(unknown)}; choose from {', '.join(ENVS)}")
+    out = ROOT / args.out
+    runs_dir = out / "learning_runs"
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    report = ["# Learning benchmark", "", f"`python -m benchmarks.learning {' '.join(argv if argv is not None else sys.argv[1:])}`", ""]
+    everything = {}
+    for env in envs:
+        run_dirs = {seed: train(env, seed, runs_dir, []) for seed in seeds}
+        curves = {f"ES seed {seed}": curve(run_dir) for seed, run_dir in run_dirs.items()}
+        models = {"base": "default", **{f"ES seed {seed}": latest_checkpoint(run_dir) for seed, run_dir in run_dirs.items()}}
+        results = evaluate_models(env, models, eval_tasks, samples)
+        png = plot(env, {seed: curves[f"ES seed {seed}"] for seed in seeds}, out)
+        report += markdown(env, ENVS[env], results, curves, png, samples)
+        everything[env] = {
+            "curves": curves,
+            "results": {label: {k: {kk: vv for kk, vv in v.items()} for k, v in r.items()} for label, r in results.items()},
+        }
+    report += [f"Total wall-clock: {time.time() - started:.0f} s.", ""]
+    (out / "learning.md").write_text("\n".join(report))
+    (out / "learning.json").write_text(json.dumps(everything, indent=1))
+    print("\n".join(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""What honest learning measurements rest on: the val split, the sudoku marks view and trivial baseline,
+rate intervals and paired gains, jump-forward guided decoding and the eval CLI."""
+
+import random
+import re
+
+import pytest
+
+from esopt.envs import make_env
+from esopt.envs.metrics import paired_difference, wilson_interval
+from esopt.policy.base import SamplingConfig
+from esopt.policy.guided import forced_prefix
+
+
+# ---- splits ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, options",
+    [("sudoku", {"size": 4, "empty_cells": 1}), ("countdown", {"max_numbers": 3, "max_value": 20}), ("math", {})],
+)
+def test_train_val_eval_splits_are_disjoint_and_deterministic(name, options):
+    env = make_env(name, options)
+    splits = {split: env.tasks(split, 40, 3) for split in ("train", "val", "eval")}
+    keys = {split: {str(t.data) for t in tasks} for split, tasks in splits.items()}
+    assert all(len(k) == 40 for k in keys.values())
+    assert not (keys["train"] & keys["val"]) and not (keys["train"] & keys["eval"]) and not (keys["val"] & keys["eval"])
+    assert [t.id for t in env.tasks("val", 40, 3)] == [t.id for t in splits["val"]]
+
+
+def test_val_split_leaves_the_train_split_unchanged():
+    # The val split is carved from the old held-out pool, so training runs made before it existed
+    # draw the same training puzzles (and reach the same weights).
+    from esopt.envs.sudoku import puzzle_split
+
+    env = make_env("sudoku", {"size": 4, "empty_cells": 1})
+    puzzles = [t.data["puzzle"] for t in env.tasks("train", 30, 0)]
+    import hashlib
+
+    def old_split(p):
+        h = int.from_bytes(hashlib.sha256(("esopt-sudoku-split|" + p).encode()).digest()[:8], "big")
+        return "eval" if h % 5 == 0 else "train"
+
+    assert all(old_split(p) == "train" == puzzle_split(p) for p in puzzles)
+
+
+# ---- sudoku: marks view, answers, trivial baseline ---------------------------------------------------
+def _task(puzzle, solution):
+    from esopt.envs.base import Task
+
+    return Task(id="t", data={"puzzle": puzzle, "solution": solution})
+
+
+SOLUTION = "1234341221434321"
+
+
+def test_marks_view_lists_used_and_free_digits_of_each_empty_cell():
+    env = make_env("sudoku", {"size": 4, "empty_cells": 2, "observation": "marks"})
+    puzzle = "." + SOLUTION[1:6] + "." + SOLUTION[7:]  # (1,1) needs 1, (2,3) needs 1
+    episode = env.start(_task(puzzle, SOLUTION))
+    lines = episode.observation.splitlines()
+    assert lines[0] == "Cell (1,1) 1:free 2:used 3:used 4:used"
+    assert lines[1] == "Cell (2,3) 1:free 2:used 3:used 4:used"
+    assert "|" not in episode.observation  # no board in this view
+    result = episode.step("set 1 1 3")  # wrong digit: (2,3)'s marks do not change, 3 is now used twice
+    assert result.observation.splitlines()[0] == "Cell (2,3) 1:free 2:used 3:used 4:used"
+    result = episode.step("set 2 3 1")
+    assert result.done and not result.info["success"] and result.info["answer"] == "3 1"
+
+
+def test_board_view_is_unchanged_by_default():
+    env = make_env("sudoku", {"size": 4, "empty_cells": 1})
+    episode = env.start(_task("." + SOLUTION[1:], SOLUTION))
+    assert episode.observation.startswith("  | 1 2 | 3 4\n--+-----+-----\n1 | . 2 | 3 4")
+    assert "Empty (row,col): (1,1)" in episode.observation and "free" not in episode.observation
+
+
+def test_trivial_baseline_is_the_best_constant_digit():
+    env = make_env("sudoku", {"size": 4, "empty_cells": 1})
+    tasks = [_task(SOLUTION[:i] + "." + SOLUTION[i + 1 :], SOLUTION) for i in (0, 1, 5, 4, 2)]  # digits 1 2 4 3 3
+    assert env.trivial_baseline(tasks) == ("always 3", 0.4)
+
+
+# ---- intervals ---------------------------------------------------------------------------------
+def test_wilson_interval_matches_the_textbook_values():
+    low, high = wilson_interval(8, 64)  # p = 0.125
+    assert low == pytest.approx(0.0648, abs=5e-4) and high == pytest.approx(0.2276, abs=5e-4)
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(0, 10)[1] == pytest.approx(0.2775, abs=5e-4)
+    assert wilson_interval(10, 10)[1] == pytest.approx(1.0) and wilson_interval(10, 10)[0] == pytest.approx(0.7225, abs=5e-4)
+
+
+def test_paired_difference_sees_a_consistent_gain_and_not_noise():
+    rng = random.Random(0)
+    before = [float(rng.random() < 0.2) for _ in range(200)]
+    after = [1.0 if b else float(rng.random() < 0.3) for b in before]  # never worse, often better
+    d = paired_difference(after, before)
+    assert d["diff"] == pytest.approx(sum(after) / 200 - sum(before) / 200)
+    assert 0 < d["low"] < d["diff"] < d["high"] and d["p"] < 0.001
+    noise = paired_difference([float(rng.random() < 0.3) for _ in range(200)], [float(rng.random() < 0.3) for _ in range(200)])
+    assert noise["low"] < 0 < noise["high"] and noise["p"] > 0.01
+    with pytest.raises(ValueError):
+        paired_difference([1.0], [1.0, 0.0])
+
+
+# ---- jump-forward guided decoding -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "regex, prefix, rest",
+    [
+        ("set (4 3) [1-4]", "set 4 3", r"\ [1-4]"),
+        ("set (1 1|2 2) [1-4]", "set", r"\ (1 1|2 2) [1-4]"),
+        ("ab|cd", "", "ab|cd"),
+        ("abc*d", "ab", "c*d"),
+        (r"a\.b(c)?", "a.b", "(c)?"),
+        ("(?:ab)c", "", "(?:ab)c"),
+        ("answer: .*", "answer:", r"\ .*"),
+    ],
+)
+def test_forced_prefix_splits_a_regex_exactly(regex, prefix, rest):
+    assert forced_prefix(regex) == (prefix, rest)
+    samples = ["set 4 3 2", "set 4 3 x", "set 1 1 4", "ab", "cd", "abd", "abccd", "a.bc", "a.b", "abc", "answer: 7", "answer:7"]
+    for s in samples:
+        whole = re.fullmatch(regex, s) is not None
+        split = s.startswith(prefix) and re.fullmatch(rest, s[len(prefix):]) is not None
+        assert whole == split, (regex, s)
+
+
+def test_jump_forward_gives_the_same_replies_with_fewer_generated_tokens(make_tiny_policy):
+    policy = make_tiny_policy()
+    chats = [[{"role": "user", "content": f"Fill cell {i}"}] for i in range(6)]
+    regexes = ["set (2 3) [1-4]", "set (1 1|4 4) [1-4]", "set [1-4] [1-4] [1-4]", "set (2 3) [1-4]", None, "x"]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=12)
+    policy.jump_forward = False
+    plain = policy.generate(chats, greedy, action_regex=regexes)
+    plain_tokens = list(policy.last_reply_tokens)
+    policy.jump_forward = True
+    fast = policy.generate(chats, greedy, action_regex=regexes)
+    assert fast == plain
+    assert all(re.fullmatch(r, reply) for r, reply in zip(regexes, fast) if r)
+    assert fast[5] == "x" and policy.last_reply_tokens[5] == 1  # only the end-of-sequence token
+    assert policy.last_reply_tokens[0] < plain_tokens[0]
