@@ -25,6 +25,7 @@ from esopt.es import HistoryWriter, derive_seed, make_strategy, read_history
 from esopt.policy.base import Policy
 from esopt.rollout import RolloutConfig, rollout
 from esopt.train.config import TrainConfig, load_config
+from esopt.train.diagnostics import BaseSnapshot, trained_names
 from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
 from esopt.train.report import write_report
 
@@ -281,6 +282,9 @@ class ESTrainer:
 
     def run(self) -> dict:
         self.metrics = MetricsLogger(self.run_dir)
+        # The policy holds the base weights until _restore_progress moves it (also on resume), and the
+        # report compares the final weights with them: a copy now is cheaper than loading the base again.
+        self.base_weights = BaseSnapshot(self.policy.master_weights(), trained_names(self.strategy, self.policy.master_weights()))
         done = self._restore_progress()
         self.evaluator = self._make_evaluator()
         try:
@@ -326,8 +330,12 @@ class ESTrainer:
             self.save_checkpoint(cfg.steps)
         self.history.close()
         self.metrics.close()
+        sigma_final = cfg.es.sigma_final if self.strategy.sigma_decays else cfg.es.sigma
+        magnitudes = self.base_weights.take_update_magnitudes(self.policy.master_weights(), cfg.es.sigma, sigma_final)
+        self.base_weights = None  # its memory goes back before the report is written
         summary = write_report(
-            self.run_dir, cfg, read_metrics(self.run_dir), self.policy.fingerprint(), self.env, self.eval_tasks
+            self.run_dir, cfg, read_metrics(self.run_dir), self.policy.fingerprint(), self.env, self.eval_tasks,
+            update_magnitudes=magnitudes,
         )
         summary["run_dir"] = str(self.run_dir)
         return summary

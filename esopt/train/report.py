@@ -8,6 +8,8 @@ from pathlib import Path
 from statistics import mean, median
 
 from esopt.envs.metrics import paired_difference, wilson_interval
+from esopt.es import read_history
+from esopt.train.diagnostics import diagnostics_line, tie_summary
 
 EVAL_KEYS = ("success", "mean_reward", "mean_turns", "invalid_rate")
 TIME_KEYS = ("generate_s", "env_s", "perturb_s", "restore_s", "update_s")
@@ -101,6 +103,9 @@ def print_summary(console, summary: dict, title: str) -> None:
         total = sum(split.values()) or 1.0
         parts = ", ".join(f"{k[:-2]} {v / total:.0%}" for k, v in split.items())
         console.print(f"{summary['seconds_per_step']:.1f} s/step ({parts}); peak RSS {summary['peak_rss_mb']:.0f} MB")
+    diagnostics = diagnostics_line(summary.get("ties"), summary.get("update_magnitudes"))
+    if diagnostics:
+        console.print(diagnostics)
     console.print(f"run directory: {summary['run_dir']}  report: {summary['report']}")
 
 
@@ -185,9 +190,45 @@ def time_section(summary: dict) -> list[str]:
     ]
 
 
-def write_report(run_dir: Path, config, metrics: list[dict], fingerprint: str, env=None, eval_tasks=None) -> dict:
+def diagnostics_section(summary: dict) -> list[str]:
+    """Markdown lines: the share of steps whose members all tied (zero update) and the distribution of
+    |theta_T - theta_0| against sigma (the Agentic ESOpt paper's Table 6); empty when neither is known."""
+    ties, magnitudes = summary.get("ties"), summary.get("update_magnitudes")
+    if not (ties and ties["steps"]) and not magnitudes:
+        return []
+    lines = ["## ES diagnostics", ""]
+    if ties and ties["steps"]:
+        lines += [
+            f"Steps whose members all tied (fitness std 0, so a zero update): {ties['tied']} of {ties['steps']} "
+            f"({ties['fraction']:.1%})" + (f"; the last {ties['tied_tail']} steps all tied." if ties["tied_tail"] > 1 else "."),
+            "",
+        ]
+    if magnitudes and magnitudes.get("weights"):
+        m = magnitudes
+        lines += [
+            f"Update magnitudes |theta_T - theta_0| over the {m['weights']:,} trained weights "
+            f"({m['moved']:.1%} moved at all):",
+            "",
+            "| median | p90 | p99 | max | share > sigma_0 | share > sigma_T |",
+            "|---|---|---|---|---|---|",
+            f"| {m['p50']:.2e} | {m['p90']:.2e} | {m['p99']:.2e} | {m['max']:.2e} "
+            f"| {m['above_sigma_0']:.1%} (sigma_0 = {m['sigma_0']:g}) | {m['above_sigma_final']:.1%} (sigma_T = {m['sigma_final']:g}) |",
+            "",
+        ]
+    return lines
+
+
+def write_report(
+    run_dir: Path, config, metrics: list[dict], fingerprint: str, env=None, eval_tasks=None, update_magnitudes: dict | None = None
+) -> dict:
+    """report.md (and the reward curve) of a finished ES run; `update_magnitudes` (see
+    diagnostics.BaseSnapshot) comes from the trainer, which alone holds the base weights."""
     run_dir = Path(run_dir)
     summary = summarize(metrics)
+    if (run_dir / "history.jsonl").exists():
+        summary["ties"] = tie_summary(read_history(run_dir / "history.jsonl"))
+    if update_magnitudes:
+        summary["update_magnitudes"] = update_magnitudes
     if "eval_steps" in summary:
         summary["eval_n"] = config.eval_tasks
         summary["heldout"] = heldout_comparison(run_dir, *summary["eval_steps"], env, eval_tasks)
@@ -205,6 +246,7 @@ def write_report(run_dir: Path, config, metrics: list[dict], fingerprint: str, e
     ]
     lines += eval_section(summary, f"{config.eval_tasks} {config.eval_split} tasks, greedy" if config.eval_greedy else f"{config.eval_tasks} {config.eval_split} tasks")
     lines += time_section(summary)
+    lines += diagnostics_section(summary)
     if plot:
         lines += ["## Reward curve", "", f"![reward curve]({plot})", ""]
     lines += [f"Final weights fingerprint: `{fingerprint}`", ""]
