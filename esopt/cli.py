@@ -267,6 +267,12 @@ def cmd_skill(argv: list[str]) -> int:
     return main(argv)
 
 
+def cmd_landscape(argv: list[str]) -> int:
+    from esopt.train.landscape import main
+
+    return main(argv, lambda parser: _add_env_flags(parser, _env_name_from_argv(argv, "sudoku")), _env_overrides)
+
+
 COMMANDS = {
     "train": cmd_train,
     "eval": cmd_eval,
@@ -277,6 +283,7 @@ COMMANDS = {
     "ppo": cmd_ppo,
     "compare": cmd_compare,
     "skill": cmd_skill,
+    "landscape": cmd_landscape,
 }
 
 
