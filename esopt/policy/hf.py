@@ -303,17 +303,23 @@ class HFPolicy(Policy):
         size = self.max_batch_size or len(chats)
         replies: list[str] = []
         lengths: list[int] = []
+        reply_ids: list[list[int]] = []
         for start in range(0, len(chats), size):
             end = start + size
             rows = contextlib.nullcontext() if members is None else self._member_rows(members[start:end])
             with rows:
-                batch_replies, batch_lengths = self._generate_batch(chats[start:end], sampling, regexes[start:end], seed + start)
+                batch_replies, batch_ids = self._generate_batch(chats[start:end], sampling, regexes[start:end], seed + start)
             replies += batch_replies
-            lengths += batch_lengths
+            lengths += [len(ids) for ids in batch_ids]
+            reply_ids += batch_ids
         self.last_reply_tokens = lengths
+        # The token ids each reply was decoded as (up to and including its end-of-sequence token; text
+        # prefilled by jump-forward is not among them): gradient baselines train on these, not on a
+        # re-tokenisation of the reply text.
+        self.last_reply_ids = reply_ids
         return replies
 
-    def _generate_batch(self, chats, sampling, regexes, seed) -> tuple[list[str], list[int]]:
+    def _generate_batch(self, chats, sampling, regexes, seed) -> tuple[list[str], list[list[int]]]:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         texts = self.tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=False)
@@ -340,7 +346,8 @@ class HFPolicy(Policy):
         new_tokens = output[:, encoded["input_ids"].shape[1] :]
         replies = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         lengths = _reply_lengths(new_tokens, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
-        return [_cut_at_stop(prefix + reply, sampling.stop) for prefix, reply in zip(prefixes, replies)], lengths
+        reply_ids = [row[:length] for row, length in zip(new_tokens.tolist(), lengths)]
+        return [_cut_at_stop(prefix + reply, sampling.stop) for prefix, reply in zip(prefixes, replies)], reply_ids
 
 
 def _reply_lengths(new_tokens: torch.Tensor, eos_id: int, pad_id: int) -> list[int]:
