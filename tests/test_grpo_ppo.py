@@ -10,7 +10,7 @@ from esopt.confutil import opt
 from esopt.envs.base import Env, Episode, StepResult, Task
 from esopt.rollout import RolloutConfig, rollout
 from esopt.train.grpo import GRPOConfig, GRPOTrainer
-from esopt.train.pg_common import build_samples, encode_chat, gae, group_advantages
+from esopt.train.pg_common import Sample, build_samples, gae, group_advantages, token_forward
 from esopt.train.ppo import PPOConfig, PPOTrainer
 
 
@@ -93,47 +93,142 @@ def _config(cls, tmp_path, name, **overrides):
     return config
 
 
-# ---- masks ------------------------------------------------------------------------------------------
-def test_mask_covers_exactly_the_assistant_tokens(make_tiny_policy):
+# ---- sampled token ids, grammar masks and loss masks ------------------------------------------------
+def _collect(tmp_path, policy, name, history_turns=0, guided=True, max_new_tokens=2, turns=1, eos_in_loss=True):
+    """One step's rollouts of a GRPO trainer and the samples built from them."""
+    config = _config(GRPOConfig, tmp_path, name, eos_in_loss=eos_in_loss)
+    config.env.options = {"turns": turns}
+    config.rollout.history_turns = history_turns
+    config.rollout.guided_decoding = guided
+    config.rollout.sampling.max_new_tokens = max_new_tokens
+    trainer = GRPOTrainer.start(config, policy=policy, console=Console(quiet=True))
+    result, turns_ = trainer.collect(0)
+    samples = build_samples(turns_, trainer.grammar, policy.tokenizer.eos_token_id, eos_in_loss)
+    return trainer, result, turns_, samples
+
+
+def _trained_ids(sample):
+    return [t for t, m in zip(sample.ids.tolist(), sample.mask.tolist()) if m]
+
+
+@pytest.mark.parametrize("history_turns", [-1, 0, 1])
+def test_mask_covers_the_chosen_reply_tokens_only(tmp_path, make_tiny_policy, pick_env, history_turns):
     policy = make_tiny_policy()
     tok = policy.tokenizer
-    env = PickEnv(PickConfig(turns=3))
-    result = rollout(policy, env, env.tasks("train", 3, 0), RolloutConfig(sampling=_sampling()), seed=1)
-    for history_turns in (-1, 0, 1):
-        samples = build_samples(tok, result.trajectories, history_turns)
-        for trajectory in result.trajectories:
-            mine = [s for s in samples if s.episode == result.trajectories.index(trajectory)]
-            replies = []
-            for s in mine:
-                ids = s.ids.tolist()
-                for start, end in s.turn_spans:
-                    assert all(s.mask[start:end]) and s.mask[:start].sum() + s.mask[end:].sum() == s.num_tokens - (end - start)
-                    assert ids[end - 1] == tok.eos_token_id  # the end-of-turn token closes each trained span
-                    replies.append(tok.decode(ids[start : end - 1]))
-                masked = tok.decode([t for t, m in zip(ids, s.mask.tolist()) if m], skip_special_tokens=True)
-                assert "OBS" not in masked and "Task" not in masked and "letter" not in masked
-                # every unmasked token decodes to the prompt/template text: all env text is outside the mask
-                unmasked = tok.decode([t for t, m in zip(ids, s.mask.tolist()) if not m])
-                assert trajectory.messages[1]["content"] in unmasked or history_turns >= 0
-            assert replies == trajectory.actions
-            assert len(mine) == (1 if history_turns < 0 else trajectory.turns)
+    trainer, result, turns, samples = _collect(tmp_path, policy, f"h{history_turns}", history_turns, turns=3)
+    assert policy.jump_forward  # training rollouts switch it off only while they run
+    for e, trajectory in enumerate(result.trajectories):
+        mine = [s for s in samples if s.episode == e]
+        trained = [t for s in mine for t in _trained_ids(s)]
+        # "[ab]": one sampled choice per reply; the end-of-sequence token after it is forced (no gradient)
+        assert tok.decode(trained) == "".join(trajectory.actions) and len(trained) == trajectory.turns
+        assert sum(len(s.turn_spans) for s in mine) == trajectory.turns == len([t for t in turns if t.episode == e])
+        letters = {tok.convert_tokens_to_ids("a"), tok.convert_tokens_to_ids("b")}
+        for s in mine:
+            assert len(s.allowed) == s.num_tokens and all(set(a) == letters for a in s.allowed)
+            assert "OBS" not in tok.decode(_trained_ids(s)) and "Task" not in tok.decode(_trained_ids(s))
+        if history_turns == -1:
+            assert len(mine) == 1  # the turns extend each other token for token: one sequence per episode
+            assert tok.decode(mine[0].ids).count("OBS") == 2  # observations are context, never loss
+    for turn in turns:
+        assert turn.reply_ids[-1] == tok.eos_token_id  # sampled (forced) without jump-forward
 
 
-def test_mask_on_a_hand_built_conversation(make_tiny_policy):
-    tok = make_tiny_policy().tokenizer
-    messages = [
-        {"role": "system", "content": "Solve it."},
-        {"role": "user", "content": "board 1"},
-        {"role": "assistant", "content": "set 1 2 3"},
-        {"role": "user", "content": "board 2 assistant set"},
-        {"role": "assistant", "content": "set 4 4 4"},
-    ]
-    enc = encode_chat(tok, messages)
-    masked = [t for t, m in zip(enc.ids, enc.mask) if m]
-    assert masked == tok("set 1 2 3<|im_end|>", add_special_tokens=False)["input_ids"] + tok("set 4 4 4<|im_end|>", add_special_tokens=False)["input_ids"]
-    assert tok.decode(enc.ids) == tok.apply_chat_template(messages, tokenize=False)
-    no_eos = encode_chat(tok, messages, eos_in_loss=False)
-    assert tok.decode([t for t, m in zip(no_eos.ids, no_eos.mask) if m]) == "set 1 2 3set 4 4 4"
+def test_trained_ids_are_the_sampled_ids_where_retokenising_differs(tmp_path, make_tiny_policy, pick_env):
+    policy = make_tiny_policy()
+    tok = policy.tokenizer
+    _, result, turns, samples = _collect(tmp_path, policy, "raw", guided=False, max_new_tokens=6)
+    differs = 0
+    for turn, sample in zip(turns, samples):
+        assert _trained_ids(sample) == turn.reply_ids  # unguided: every sampled token is a choice
+        action = result.trajectories[turn.episode].actions[0]
+        assert tok.decode(turn.reply_ids, skip_special_tokens=True).strip() == action  # the ids the reply came from
+        differs += tok(action, add_special_tokens=False)["input_ids"] != [t for t in turn.reply_ids if t != tok.eos_token_id]
+    assert len(samples) == len(turns) == 16
+    assert differs > 0, "no reply re-tokenised differently: the test would not tell sampled ids from re-tokenised text"
+
+
+def test_a_reply_cut_at_the_length_limit_trains_no_end_of_turn_token(tmp_path, make_tiny_policy, pick_env):
+    policy = make_tiny_policy()
+    eos = policy.tokenizer.eos_token_id
+    # max_new_tokens=1: "a" or "b" fills the budget, so no end-of-sequence token was ever sampled
+    _, result, turns, samples = _collect(tmp_path, policy, "cut", max_new_tokens=1)
+    assert all(len(t.reply_ids) == 1 and t.reply_ids[0] != eos for t in turns)
+    for sample in samples:
+        assert eos not in _trained_ids(sample) and sample.num_tokens == 1
+    # unguided, free-running replies cut at 3 tokens: the template's end-of-turn token stays context
+    _, _, turns, samples = _collect(tmp_path, make_tiny_policy(), "cut_free", guided=False, max_new_tokens=3)
+    for turn, sample in zip(turns, samples):
+        assert _trained_ids(sample) == turn.reply_ids
+        if len(turn.reply_ids) == 3 and eos not in turn.reply_ids:
+            assert eos not in _trained_ids(sample) and eos in sample.ids.tolist()  # context, not loss
+
+
+def test_without_eos_in_loss_a_sampled_end_of_turn_token_is_not_trained(tmp_path, make_tiny_policy, pick_env):
+    policy = make_tiny_policy()
+    _, _, turns, samples = _collect(tmp_path, policy, "noeos", guided=False, max_new_tokens=6, eos_in_loss=False)
+    for turn, sample in zip(turns, samples):
+        assert _trained_ids(sample) == [t for t in turn.reply_ids if t != policy.tokenizer.eos_token_id]
+
+
+def test_forced_token_has_logprob_zero_and_no_gradient_and_choices_are_renormalised(make_tiny_policy):
+    policy = make_tiny_policy()
+    model = policy.model
+    ids = torch.tensor([5, 17, 42, 99, 7])
+    # token 99 was forced (one allowed token); token 7 was chosen among {7, 300, 301}
+    sample = Sample(episode=0, ids=ids, mask=torch.tensor([0, 0, 0, 1, 1], dtype=torch.bool), turn_spans=[(3, 5)],
+                    turn_rewards=[1.0], allowed=[[99], [7, 300, 301]])
+    model.requires_grad_(True)
+    try:
+        out = token_forward(model, [sample], policy.tokenizer.pad_token_id, temperature=0.7, entropy=True)
+        assert out["logp"][0].item() == 0.0
+        out["logp"][0].backward(retain_graph=True)
+        assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+        model.zero_grad(set_to_none=True)
+        out["logp"][1].backward()
+        assert any(p.grad is not None and p.grad.any() for p in model.parameters())
+    finally:
+        model.requires_grad_(False)
+        model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        logits = model(ids[None]).logits[0, 3].float() / 0.7
+    expected = torch.log_softmax(logits[[7, 300, 301]], -1)[0]
+    assert out["logp"][1].item() == pytest.approx(expected.item(), abs=1e-5)
+    assert out["logp"][1].item() > torch.log_softmax(logits, -1)[7].item()  # not the full-vocabulary log-prob
+    assert out["entropy"][0].item() == 0.0 and torch.isfinite(out["entropy"]).all()
+
+
+def test_bf16_gradients_accumulate_in_fp32_and_tiny_updates_move_the_master(tmp_path, make_tiny_policy, pick_env):
+    policy = make_tiny_policy(dtype=torch.bfloat16)
+    config = _config(GRPOConfig, tmp_path, "bf16")
+    config.optim.lr = 1e-7  # an Adam step of ~1e-7 per weight: far below bf16's resolution of these weights
+    trainer = GRPOTrainer.start(config, policy=policy, console=Console(quiet=True))
+    model = policy.model
+    start = {n: t.clone() for n, t in policy.master_weights().items()}
+    model_start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    batches = [torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([[9, 8, 7, 6, 5]]), torch.tensor([[3, 3, 4, 4, 5]])]
+    bf16_grads = []
+    model.requires_grad_(True)
+    try:
+        for scale, ids in zip((1.0, 3.7, 0.01), batches):
+            (scale * model(ids).logits.float().logsumexp(-1).sum()).backward()
+            bf16_grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+            trainer.accumulate_gradients()
+            assert all(p.grad is None for p in model.parameters())
+    finally:
+        model.requires_grad_(False)
+    rounded = 0
+    for name, master in policy.master_weights().items():
+        fp32_sum = sum(g[name].float() for g in bf16_grads)
+        assert torch.equal(master.grad, fp32_sum), name
+        rounded += not torch.equal((bf16_grads[0][name] + bf16_grads[1][name] + bf16_grads[2][name]).float(), fp32_sum)
+    assert rounded, "bf16 accumulation would have given the same sums: the check is vacuous"
+    trainer.optimizer_step()
+    moved = [n for n, t in policy.master_weights().items() if not torch.equal(t, start[n])]
+    assert len(moved) == len(start)  # every fp32 master tensor took the tiny step
+    assert any(torch.equal(p.detach(), model_start[n]) for n, p in model.named_parameters())  # bf16 could not hold it
+    for name, master in policy.master_weights().items():
+        assert master.dtype == torch.float32 and master.grad is None
 
 
 def _sampling():
@@ -192,6 +287,11 @@ def test_training_raises_reward(tmp_path, make_tiny_policy, pick_env, cls, train
     assert len(train) == 3 and train[-1]["train/episodes"] == 3 * 16
     assert all(k.split("/")[0] in ("step", "train", "eval", "time", "mem") for r in records for k in r)
     assert [r["step"] for r in records if "eval/success" in r] == [0, 3]
+    # the budget every method is compared at: optimizer steps, episodes, wall-clock
+    assert summary["optimizer_steps"] == 3 and summary["episodes"] == 48
+    assert summary["train_s"] > 0 and summary["wall_s"] >= summary["train_s"] + summary["eval_s"] * 0.99
+    report = (run / "report.md").read_text()
+    assert "3 optimizer steps over 3 steps, 48 training episodes" in report and "s wall-clock in all" in report
 
 
 def test_generation_policy_sees_optimizer_updates(tmp_path, make_tiny_policy, pick_env):
@@ -222,6 +322,23 @@ def test_generation_policy_sees_optimizer_updates(tmp_path, make_tiny_policy, pi
     with torch.no_grad():
         assert not torch.equal(fresh.model(ids).logits, logits_now)
 
+
+
+def test_ppo_value_head_learns_at_its_own_rate(tmp_path, make_tiny_policy, pick_env):
+    policy = make_tiny_policy()
+    config = _config(PPOConfig, tmp_path, "vf", steps=1, vf_lr=0.05)
+    config.optim.lr = 1e-6
+    trainer = PPOTrainer.start(config, policy=policy, console=Console(quiet=True))
+    head = list(trainer.value_head.parameters())
+    groups = trainer.optimizer.param_groups
+    assert [g["lr"] for g in groups] == [1e-6, 0.05]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in head}
+    before = [p.detach().clone() for p in head]
+    trainer.train_step(0)
+    # Adam's first step moves each parameter by about its learning rate: vf_lr, not optim.lr
+    assert max(float((p.detach() - b).abs().max()) for p, b in zip(head, before)) > 0.01
+    with pytest.raises(Exception, match="vf_lr"):
+        _config(PPOConfig, tmp_path, "vf_bad", vf_lr=0.0).validate()
 
 
 # ---- compare: budget matching and the report (the subprocess runs are exercised by `esopt compare`) ----

@@ -2,9 +2,10 @@
 
 Per step: K sampled episodes of each task; each episode's return is normalised within its group,
 A = (R - mean_group) / (std_group + eps), and that advantage is given to every token the model
-produced in the episode (all assistant turns; system prompt and observations are masked out). The
-loss is the PPO-style clipped surrogate on token log-prob ratios against the behaviour policy,
-plus an optional k3 KL to the frozen initial model, averaged over the minibatch's tokens.
+sampled in the episode (all assistant turns, as sampled token ids; system prompt, observations and
+grammar-forced tokens are masked out). The loss is the PPO-style clipped surrogate on token log-prob
+ratios against the behaviour policy, plus an optional k3 KL to the frozen initial model, averaged
+over the minibatch's tokens.
 """
 
 from __future__ import annotations

@@ -3,15 +3,18 @@
 The baselines use the same envs, the same `rollout()` loop and the same held-out evaluation as the
 ES trainer, so a comparison differs only in how the weights are updated:
 
-1. sample episodes with `rollout()` at `train_temperature` (guided decoding as configured);
-2. turn every trajectory into token ids plus a loss mask that covers exactly the assistant reply
-   tokens (and, by default, the end-of-turn token that closed each reply) - system prompt and env
-   observations are masked out (`encode_chat`, `build_samples`);
-3. score the behaviour policy's log-probabilities (and the reference model's, with a KL term);
+1. sample episodes with `rollout()` at `train_temperature` (guided decoding as configured, without
+   jump-forward), keeping each reply's prompt ids, sampled token ids and grammar (`ReplyRecorder`);
+2. build sequences of exactly those ids with a loss mask over the sampled tokens the model chose:
+   prompts, env observations and grammar-forced tokens are masked out, and a reply cut at the
+   length limit has no end-of-turn token to train (`build_samples`);
+3. score the behaviour policy's log-probabilities under the grammar mask sampling used (and the
+   reference model's, with a KL term);
 4. a few clipped-surrogate AdamW steps with gradient accumulation over micro-batches.
 
 Weights: the optimizer updates the policy's fp32 master copy (the truth for HFPolicy, as for ES),
-gradients are computed through the model in its own dtype (bf16 or fp32) and cast to fp32, and after
+gradients are computed through the model in its own dtype (bf16 or fp32) and summed over micro-batches
+in fp32 on the master (`accumulate_gradients`), and after
 every optimizer step the master is written back into the model with `load_master_weights`, so the
 next generate() call, `perturbed()` and `save()` all see the new weights.
 """
@@ -25,6 +28,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
+from itertools import groupby
 from datetime import datetime
 from pathlib import Path
 from statistics import mean
@@ -37,7 +41,7 @@ from esopt.confutil import ConfigError, leaf_fields, load_yaml, opt, set_path, t
 from esopt.envs import env_class, make_env
 from esopt.es import derive_seed
 from esopt.policy.hf import HFPolicy, ModelConfig
-from esopt.rollout import RolloutConfig, Trajectory, _prompt, rollout
+from esopt.rollout import RolloutConfig, Trajectory, rollout
 from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
 from esopt.train.report import eval_section, plot_reward_curve, print_summary, summarize, time_section
 
@@ -84,7 +88,7 @@ class PGConfig:
     clip_eps: float = opt(0.2, "PPO-style clip of the importance ratio: [1 - clip_eps, 1 + clip_eps_high]")
     clip_eps_high: float | None = opt(None, "upper clip (None = clip_eps); > clip_eps is DAPO's clip-higher")
     kl_coef: float = opt(0.0, "weight of the k3 KL estimator to the frozen reference (initial) model; 0 = no reference model kept")
-    eos_in_loss: bool = opt(True, "also train the end-of-turn token that closed each reply (it is the model's own token)")
+    eos_in_loss: bool = opt(True, "also train the end-of-turn token the model sampled to close a reply (never forced or absent ones)")
     eval_tasks: int = opt(32, "held-out tasks per evaluation (the same tasks every time)")
     eval_seed: int = opt(0, "seed of the held-out task set (fixed, so runs with different seeds compare)")
     eval_every: int = opt(5, "evaluate every k steps (0 = only before and after training)")
@@ -127,78 +131,98 @@ def load_pg_config(cls: type, path: str | Path | None) -> Any:
     return load_yaml(cls, path)
 
 
-# ---- token ids and loss masks ---------------------------------------------------------------------
+# ---- sampled replies, their grammar, and loss masks -----------------------------------------------
 @dataclass
-class Encoded:
-    ids: list[int]
-    mask: list[bool]
-    """mask[j]: token j is the model's own (an assistant reply token) and carries loss."""
-    turn_spans: list[tuple[int, int]]
-    """[start, end) token span of every trained assistant turn, in order."""
+class SampledTurn:
+    """One reply exactly as the policy produced it: the prompt ids it was generated from, the token ids
+    it was sampled as (an end-of-sequence token only when one was sampled), the grammar that
+    constrained sampling (None = none) and the turn's reward."""
+
+    episode: int
+    prompt_ids: list[int]
+    reply_ids: list[int]
+    regex: str | None
+    reward: float
 
 
-def _render(tokenizer, messages: list[dict], generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+class ReplyRecorder:
+    """Generates with the policy in place of it inside `rollout()`, keeping each row's prompt, grammar
+    and sampled token ids per generate call, so that training sees the tokens that were sampled rather
+    than a re-tokenisation of the decoded (and stripped) reply text."""
+
+    def __init__(self, policy: HFPolicy):
+        self.policy = policy
+        self.calls: list[list[tuple[list[int], str | None, list[int], str]]] = []
+
+    @property
+    def last_reply_tokens(self):
+        return self.policy.last_reply_tokens
+
+    def generate(self, chats, sampling, action_regex=None, seed: int = 0, members=None) -> list[str]:
+        replies = self.policy.generate(chats, sampling, action_regex=action_regex, seed=seed, members=members)
+        regexes = list(action_regex) if isinstance(action_regex, list) else [action_regex] * len(chats)
+        # Tokenized now: rollout() goes on appending to the message lists it passed in.
+        tokenizer = self.policy.tokenizer
+        texts = [tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) for chat in chats]
+        prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]  # as HFPolicy tokenizes them
+        self.calls.append(list(zip(prompts, regexes, self.policy.last_reply_ids, replies)))
+        return replies
+
+    def turns(self, trajectories: list[Trajectory]) -> list[SampledTurn]:
+        """Every sampled turn, episode by episode in turn order. rollout() makes one generate call per
+        turn over the episodes still live, in index order: call t's rows are the episodes with more
+        than t turns."""
+        per_episode: list[list[SampledTurn]] = [[] for _ in trajectories]
+        for t, rows in enumerate(self.calls):
+            live = [e for e, trajectory in enumerate(trajectories) if trajectory.turns > t]
+            if len(live) != len(rows):
+                raise RuntimeError(f"generate call {t} had {len(rows)} rows but {len(live)} episodes were live")
+            for e, (prompt, regex, ids, reply) in zip(live, rows):
+                if reply != trajectories[e].actions[t]:
+                    raise RuntimeError(f"episode {e} turn {t}: the recorded reply is not the trajectory's action")
+                per_episode[e].append(SampledTurn(e, prompt, list(ids), regex, trajectories[e].rewards[t]))
+        return [turn for turns in per_episode for turn in turns]
 
 
-def encode_chat(tokenizer, messages: list[dict], trainable: set[int] | None = None, eos_in_loss: bool = True) -> Encoded:
-    """Token ids of `messages` rendered with the chat template, and a mask over the assistant replies.
+class GrammarMasks:
+    """The tokens a reply's grammar allowed at each position, computed as the guided decoder computed
+    them (lm-format-enforcer on the same tokenizer data), so log-probabilities can be scored under the
+    distribution that was sampled from."""
 
-    Message i (an assistant turn, in `trainable` or all of them when None) contributes exactly the
-    tokens of its content (plus the end-of-turn token when `eos_in_loss`); everything the template
-    adds around it and every other message is masked out. The text is split at the reply boundaries
-    and each piece tokenized on its own, as at generation time (prompt, then generated tokens), so no
-    token straddles a boundary. Raises ValueError when the template does not render the conversation
-    as prompt-then-reply (e.g. templates that rewrite earlier turns).
-    """
-    full = _render(tokenizer, messages, generation_prompt=False)
-    eos = tokenizer.eos_token or ""
-    pieces: list[tuple[str, bool]] = []
-    pos = 0
-    for i, message in enumerate(messages):
-        if message["role"] != "assistant" or (trainable is not None and i not in trainable):
-            continue
-        prefix = _render(tokenizer, messages[:i], generation_prompt=True)
-        content = message["content"]
-        if len(prefix) < pos or not full.startswith(prefix) or not full.startswith(content, len(prefix)):
-            raise ValueError(
-                f"the chat template does not render assistant turn {i} as prompt + reply; "
-                "set rollout.history_turns >= 0 to train on one turn per sequence"
-            )
-        pieces.append((full[pos : len(prefix)], False))
-        pieces.append((content, True))
-        pos = len(prefix) + len(content)
-        if eos_in_loss and eos and full.startswith(eos, pos):
-            pieces.append((eos, True))
-            pos += len(eos)
-    pieces.append((full[pos:], False))
-    ids: list[int] = []
-    mask: list[bool] = []
-    spans: list[tuple[int, int]] = []
-    for text, train in pieces:
-        if not text:
-            continue
-        tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if train:
-            if spans and spans[-1][1] == len(ids):  # the eos piece extends its reply's span
-                spans[-1] = (spans[-1][0], len(ids) + len(tokens))
-            else:
-                spans.append((len(ids), len(ids) + len(tokens)))
-        ids += tokens
-        mask += [train] * len(tokens)
-    return Encoded(ids, mask, [s for s in spans if s[1] > s[0]])
+    def __init__(self, tokenizer):
+        from esopt.policy.guided import tokenizer_data
+
+        self.data = tokenizer_data(tokenizer)
+        self.enforcers: dict[str, Any] = {}
+
+    def allowed(self, regex: str, prompt_ids: list[int], reply_ids: list[int]) -> list[list[int]]:
+        from lmformatenforcer import RegexParser, TokenEnforcer
+
+        if regex not in self.enforcers:
+            self.enforcers[regex] = TokenEnforcer(self.data, RegexParser(regex))
+        enforcer = self.enforcers[regex]
+        sequence = list(prompt_ids)  # the enforcer's first call on a sequence treats it as the prompt
+        out = []
+        for token in reply_ids:
+            out.append(enforcer.get_allowed_tokens(sequence).allowed_tokens)  # shared and cached: read only
+            sequence.append(token)
+        return out
 
 
 @dataclass
 class Sample:
-    """One training sequence: a whole episode (history_turns = -1) or one turn of it."""
+    """One training sequence: one or more consecutive turns of an episode (prompt ids + sampled ids)."""
 
     episode: int
     ids: torch.Tensor
     mask: torch.Tensor
+    """mask[j]: token j was sampled by the model as a choice (not forced by the grammar) and carries loss."""
     turn_spans: list[tuple[int, int]]
+    """[start, end) span of every trained turn, in order; end - 1 is the turn's last trained token."""
     turn_rewards: list[float]
     """Reward of each trained turn (same order as turn_spans)."""
+    allowed: list[list[int] | None]
+    """Per masked token (in order): the token ids the grammar allowed there (None = unconstrained)."""
     # filled by the trainer, one value per masked token (in order):
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
@@ -211,35 +235,62 @@ class Sample:
         return int(self.mask.sum())
 
 
-def build_samples(tokenizer, trajectories: list[Trajectory], history_turns: int, eos_in_loss: bool = True) -> list[Sample]:
-    """Training sequences that reproduce what the model saw: with full history (-1) one sequence per
-    episode with every reply trained; otherwise one sequence per turn, holding exactly the prompt the
-    rollout loop built for that turn (`rollout._prompt`) followed by the reply."""
-    samples = []
-    for e, trajectory in enumerate(trajectories):
-        messages = trajectory.messages
-        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-        if history_turns < 0:
-            chats = [(messages, None, list(trajectory.rewards))]
-        else:
-            chats = []
-            for t, i in enumerate(turns):
-                chat = _prompt(messages[:i], history_turns) + [messages[i]]
-                chats.append((chat, {len(chat) - 1}, [trajectory.rewards[t]]))
-        for chat, trainable, rewards in chats:
-            enc = encode_chat(tokenizer, chat, trainable, eos_in_loss)
-            if len(enc.turn_spans) != len(rewards):  # an empty reply without eos: fold its reward forward
-                rewards = [sum(rewards)] if enc.turn_spans else []
-                enc.turn_spans = enc.turn_spans[-1:]
-            if not enc.turn_spans:
-                continue
+def build_samples(turns: list[SampledTurn], grammar: GrammarMasks | None, eos_id: int, eos_in_loss: bool = True) -> list[Sample]:
+    """Training sequences holding exactly the ids the model saw and sampled: each turn is its prompt ids
+    followed by its sampled ids. A turn whose prompt extends the previous turn's sequence token for
+    token (full history, unchanged re-tokenisation) joins that sequence, so an episode is one forward
+    pass when it can be and several exact ones otherwise.
+
+    Trained tokens: every sampled token except those the grammar forced (only one token allowed: the
+    model made no choice there) and, without `eos_in_loss`, a sampled end-of-sequence token. A reply
+    cut at max_new_tokens has no end-of-sequence token among its sampled ids, so none is trained. A
+    turn with no trained token passes its reward on to the episode's next trained turn (or, at the
+    end, to its last one)."""
+    samples: list[Sample] = []
+    for episode, episode_turns in groupby(turns, key=lambda turn: turn.episode):
+        episode_samples: list[dict] = []
+        pending = 0.0
+        for turn in episode_turns:
+            allowed = (
+                grammar.allowed(turn.regex, turn.prompt_ids, turn.reply_ids)
+                if grammar is not None and turn.regex is not None
+                else [None] * len(turn.reply_ids)
+            )
+            current = episode_samples[-1] if episode_samples else None
+            if current is None or turn.prompt_ids[: len(current["ids"])] != current["ids"]:
+                current = {"ids": [], "mask": [], "spans": [], "rewards": [], "allowed": []}
+                episode_samples.append(current)
+            offset = len(turn.prompt_ids)
+            current["mask"] += [False] * (offset - len(current["ids"]))
+            current["ids"] = list(turn.prompt_ids) + list(turn.reply_ids)
+            trained = []
+            for k, (token, options) in enumerate(zip(turn.reply_ids, allowed)):
+                if options is not None and token not in options:
+                    raise RuntimeError(f"sampled token {token} is outside its grammar {turn.regex!r}: masks disagree")
+                forced = options is not None and len(options) == 1
+                unwanted_eos = not eos_in_loss and token == eos_id and k == len(turn.reply_ids) - 1
+                train = not forced and not unwanted_eos
+                current["mask"].append(train)
+                if train:
+                    trained.append(k)
+                    current["allowed"].append(options)
+            pending += turn.reward
+            if trained:
+                current["spans"].append((offset + trained[0], offset + trained[-1] + 1))
+                current["rewards"].append(pending)
+                pending = 0.0
+        kept = [s for s in episode_samples if s["spans"]]
+        if kept and pending:
+            kept[-1]["rewards"][-1] += pending
+        for s in kept:
             samples.append(
                 Sample(
-                    episode=e,
-                    ids=torch.tensor(enc.ids, dtype=torch.long),
-                    mask=torch.tensor(enc.mask, dtype=torch.bool),
-                    turn_spans=enc.turn_spans,
-                    turn_rewards=rewards,
+                    episode=episode,
+                    ids=torch.tensor(s["ids"], dtype=torch.long),
+                    mask=torch.tensor(s["mask"], dtype=torch.bool),
+                    turn_spans=s["spans"],
+                    turn_rewards=s["rewards"],
+                    allowed=s["allowed"],
                 )
             )
     return samples
@@ -288,9 +339,11 @@ def _pad(samples: list[Sample], pad_id: int, device) -> tuple[torch.Tensor, torc
 
 
 def token_forward(model, samples: list[Sample], pad_id: int, temperature: float, value_head=None, entropy: bool = False):
-    """Per masked token (concatenated in sample order): log-prob of the token at `temperature`,
-    optionally the value of the state before it and the entropy. Logits are computed only at the
-    masked positions (the vocabulary projection dominates memory otherwise)."""
+    """Per masked token (concatenated in sample order): log-prob of the token at `temperature` under
+    the distribution it was sampled from - renormalised over the tokens its grammar allowed, as guided
+    decoding masked the others out - optionally the value of the state before it and the entropy.
+    Logits are computed only at the masked positions (the vocabulary projection dominates memory
+    otherwise)."""
     device = next(model.parameters()).device
     ids, attention, target_mask = _pad(samples, pad_id, device)
     base = getattr(model, model.base_model_prefix)
@@ -299,12 +352,22 @@ def token_forward(model, samples: list[Sample], pad_id: int, temperature: float,
     states = hidden[:, :-1][select]  # (N, H)
     targets = ids[:, 1:][select]
     logits = model.get_output_embeddings()(states).float() / temperature
+    allowed = [options for s in samples for options in s.allowed]
+    if any(options is not None for options in allowed):
+        keep = torch.ones_like(logits, dtype=torch.bool)
+        for row, options in enumerate(allowed):
+            if options is not None:
+                keep[row] = False
+                keep[row, options] = True
+        logits = logits.masked_fill(~keep, float("-inf"))
     logp_all = torch.log_softmax(logits, dim=-1)
     out = {"logp": logp_all.gather(-1, targets[:, None]).squeeze(-1)}
     if value_head is not None:
         out["values"] = value_head(states.float()).squeeze(-1)
     if entropy:
-        out["entropy"] = -(logp_all.exp() * logp_all).sum(-1)
+        with torch.no_grad():  # a statistic only; masked-out tokens have p = 0 and log p = -inf
+            p = logp_all.exp()
+            out["entropy"] = -torch.where(p > 0, p * logp_all, torch.zeros_like(p)).sum(-1)
     return out
 
 
@@ -345,9 +408,11 @@ class PGTrainer:
         if missing:
             raise RuntimeError(f"policy master copy lacks {missing[:3]}")
         self.value_head = self.make_value_head()
-        params = list(self.master.values()) + (list(self.value_head.parameters()) if self.value_head is not None else [])
         o = config.optim
-        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.param_groups(), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay
+        )
+        self.grammar = GrammarMasks(self.tokenizer) if config.rollout.guided_decoding else None
         self.reference = None
         if config.kl_coef > 0:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -356,6 +421,10 @@ class PGTrainer:
 
     def make_value_head(self):
         return None
+
+    def param_groups(self) -> list[dict]:
+        """The optimizer's parameter groups: the policy's fp32 master weights at optim.lr."""
+        return [{"params": list(self.master.values())}]
 
     # ---- construction ------------------------------------------------------------------------
     @classmethod
@@ -388,11 +457,21 @@ class PGTrainer:
 
     # ---- one step ------------------------------------------------------------------------------
     def collect(self, step: int):
-        """Sample K episodes of each of this step's tasks with the current weights."""
+        """Sample K episodes of each of this step's tasks with the current weights; returns the rollout
+        result and every turn as it was sampled (`SampledTurn`)."""
         cfg = self.config
         tasks = self.env.tasks("train", cfg.tasks_per_step, derive_seed(cfg.seed, "tasks", step))
         grouped = [task for task in tasks for _ in range(cfg.group_size)]
-        return rollout(self.policy, self.env, grouped, self.train_rollout, seed=derive_seed(cfg.seed, "decode", step))
+        recorder = ReplyRecorder(self.policy)
+        # Jump-forward prefills grammar-forced text with the prompt: those tokens would not be sampled
+        # ids. Decoding them one by one makes every reply token a sampled one (forced ones are then
+        # recognised by their single allowed token and carry no loss).
+        jump_forward, self.policy.jump_forward = self.policy.jump_forward, False
+        try:
+            result = rollout(recorder, self.env, grouped, self.train_rollout, seed=derive_seed(cfg.seed, "decode", step))
+        finally:
+            self.policy.jump_forward = jump_forward
+        return result, recorder.turns(result.trajectories)
 
     @torch.no_grad()
     def score_behaviour(self, samples: list[Sample]) -> None:
@@ -443,12 +522,19 @@ class PGTrainer:
             loss = loss + extra
         return loss, len(logp)
 
-    def _optimizer_step(self) -> float:
-        """Move the model's gradients onto the fp32 master, clip, step, and write the master back into the model."""
+    def accumulate_gradients(self) -> None:
+        """Add the model's gradients of one micro-batch into the fp32 master's and clear them: left on
+        a bf16 model, the sum over micro-batches would be rounded to 8 significant bits at every add."""
         for name, param in self.model_params.items():
-            grad = param.grad
-            self.master[name].grad = None if grad is None else grad.detach().to(torch.float32)
+            if param.grad is None:
+                continue
+            grad = param.grad.detach().to(torch.float32)
+            master = self.master[name]
+            master.grad = grad.clone() if master.grad is None else master.grad.add_(grad)
             param.grad = None
+
+    def optimizer_step(self) -> float:
+        """Clip the fp32 master's accumulated gradients, step, and write the master back into the model."""
         params = [p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
         max_norm = self.config.optim.max_grad_norm
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
@@ -476,8 +562,9 @@ class PGTrainer:
                     for chunk in _chunks(minibatch, o.micro_batch_size):
                         loss, n = self._loss(chunk, stats)
                         (loss / tokens).backward()  # token-level mean over the minibatch
+                        self.accumulate_gradients()
                         stats["tokens"] += n
-                    norms.append(self._optimizer_step())
+                    norms.append(self.optimizer_step())
         finally:
             self.model.requires_grad_(False)
         n = max(1.0, stats.pop("tokens"))
@@ -489,10 +576,10 @@ class PGTrainer:
     def train_step(self, step: int) -> dict[str, float]:
         cfg = self.config
         t0 = time.perf_counter()
-        result = self.collect(step)
+        result, turns = self.collect(step)
         t1 = time.perf_counter()
         trajectories = result.trajectories
-        samples = build_samples(self.tokenizer, trajectories, cfg.rollout.history_turns, cfg.eos_in_loss)
+        samples = build_samples(turns, self.grammar, self.tokenizer.eos_token_id, cfg.eos_in_loss)
         self.score_behaviour(samples)
         adv_stats = self.compute_advantages(samples, trajectories)
         t2 = time.perf_counter()
@@ -539,6 +626,7 @@ class PGTrainer:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         cfg = self.config
+        started = time.perf_counter()
         self.metrics = MetricsLogger(self.run_dir)
         self.evaluate(0)
         last_eval = 0
@@ -570,7 +658,10 @@ class PGTrainer:
         if cfg.save_checkpoint:
             self.save_checkpoint(done)
         self.metrics.close()
-        summary = write_pg_report(self.run_dir, cfg, self.method, read_metrics(self.run_dir), self.policy.fingerprint())
+        summary = write_pg_report(
+            self.run_dir, cfg, self.method, read_metrics(self.run_dir), self.policy.fingerprint(),
+            wall_seconds=time.perf_counter() - started,
+        )
         summary["run_dir"] = str(self.run_dir)
         return summary
 
@@ -580,15 +671,32 @@ PG_TIME_KEYS = ("generate_s", "env_s", "score_s", "update_s")
 
 
 def summarize_pg(metrics: list[dict]) -> dict:
+    """`summarize` plus the budget a run spent: optimizer steps, training episodes, training seconds
+    (rollouts and updates) and evaluation seconds."""
     summary = summarize(metrics, "train/mean_reward", PG_TIME_KEYS)
     train = [r for r in metrics if "train/mean_reward" in r]
-    if train:
-        summary["episodes"] = train[-1]["train/episodes"]
+    summary["optimizer_steps"] = int(sum(r.get("train/optimizer_steps", 0) for r in train))
+    summary["episodes"] = train[-1]["train/episodes"] if train else 0
+    summary["train_s"] = train[-1].get("time/train_s", 0.0) if train else 0.0
+    summary["eval_s"] = sum(r.get("time/eval_s", 0.0) for r in metrics if "eval/success" in r)
     return summary
 
 
-def write_pg_report(run_dir: Path, config: PGConfig, method: str, metrics: list[dict], fingerprint: str) -> dict:
+def budget_line(summary: dict) -> str:
+    """One line: what the run spent, so methods compare at equal cost."""
+    wall = f", {summary['wall_s']:.0f} s wall-clock in all" if "wall_s" in summary else ""
+    return (
+        f"{summary['optimizer_steps']} optimizer steps over {summary['steps']} steps, {summary['episodes']} training episodes, "
+        f"{summary['train_s']:.0f} s training (rollouts and updates) + {summary['eval_s']:.0f} s evaluation{wall}"
+    )
+
+
+def write_pg_report(
+    run_dir: Path, config: PGConfig, method: str, metrics: list[dict], fingerprint: str, wall_seconds: float | None = None
+) -> dict:
     summary = summarize_pg(metrics)
+    if wall_seconds is not None:
+        summary["wall_s"] = wall_seconds
     train = [r for r in metrics if "train/mean_reward" in r]
     evals = [r for r in metrics if "eval/success" in r]
     plot = plot_reward_curve(
@@ -602,6 +710,10 @@ def write_pg_report(run_dir: Path, config: PGConfig, method: str, metrics: list[
         f"{config.tasks_per_step} tasks x K={config.group_size} episodes per step, {summary['steps']} of {config.steps} steps, "
         f"train temperature {config.train_temperature:g}, lr {o.lr:g}, {o.epochs} epoch(s) x {o.minibatches} minibatch(es), "
         f"clip {config.clip_eps:g}, KL {config.kl_coef:g}, seed {config.seed}.",
+        "",
+        "## Budget",
+        "",
+        budget_line(summary) + ".",
         "",
     ]
     lines += eval_section(summary, f"{config.eval_tasks} tasks, same rollout/eval code as ES")
@@ -695,4 +807,5 @@ def cli_main(argv: list[str], config_cls: type, trainer_cls: type, description: 
     console.print(config.to_yaml(), highlight=False)
     summary = trainer_cls.start(config, console=console).run()
     print_summary(console, summary, f"esopt: {config.env.name} / {trainer_cls.method}")
+    console.print(f"budget: {budget_line(summary)}")
     return 0

@@ -1,11 +1,12 @@
 """Multi-turn PPO on esopt's rollout engine: a value head on the final hidden state, GAE over the
 episode's assistant tokens, clipped policy and value losses, the same masking as GRPO.
 
-The episode's token steps are the tokens the model produced, in order across its turns (env
-observations are transitions between them, not steps); each turn's reward sits on that turn's last
-token (for end-of-episode rewards: on the final token). The value of a token step is read from
-the hidden state that predicts that token. The value head (fp32 linear layer) shares the policy's
-trunk; its loss is weighted by vf_coef.
+The episode's token steps are the tokens the model sampled by choice (grammar-forced ones excluded),
+in order across its turns (env observations are transitions between them, not steps); each turn's
+reward sits on that turn's last trained token (for end-of-episode rewards: on the final one). The
+value of a token step is read from the hidden state that predicts that token. The value head (fp32
+linear layer) shares the policy's trunk; its loss is weighted by vf_coef, and the head itself learns
+at its own rate, vf_lr.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ class PPOConfig(PGConfig):
     gamma: float = opt(1.0, "discount per token step in GAE")
     lam: float = opt(0.95, "GAE lambda")
     vf_coef: float = opt(0.1, "weight of the value loss")
+    vf_lr: float = opt(
+        1e-3,
+        "AdamW learning rate of the value head: it starts from scratch and must fit the returns within a few "
+        "steps, far faster than the policy's optim.lr may move the pretrained weights",
+    )
     value_clip: float = opt(0.2, "clip the new value to old value +/- this in the value loss (0 = no clipping)")
     whiten_advantages: bool = opt(True, "normalise advantages to zero mean / unit std over the step's tokens")
     value_head_seed: int = opt(0, "seed of the value head's initialisation")
@@ -36,6 +42,8 @@ class PPOConfig(PGConfig):
             raise ConfigError(f"gamma and lam must be in [0, 1], got {self.gamma}, {self.lam}")
         if self.vf_coef < 0 or self.value_clip < 0:
             raise ConfigError("vf_coef and value_clip must be >= 0")
+        if self.vf_lr <= 0:
+            raise ConfigError(f"vf_lr must be > 0, got {self.vf_lr}")
 
 
 class PPOTrainer(PGTrainer):
@@ -49,6 +57,9 @@ class PPOTrainer(PGTrainer):
             head.weight.copy_(torch.randn(1, hidden, generator=generator) * (0.1 / hidden**0.5))
             head.bias.zero_()
         return head.to(next(self.model.parameters()).device)
+
+    def param_groups(self) -> list[dict]:
+        return super().param_groups() + [{"params": list(self.value_head.parameters()), "lr": self.config.vf_lr}]
 
     def compute_advantages(self, samples: list[Sample], trajectories: list[Trajectory]) -> dict[str, float]:
         cfg = self.config
