@@ -10,7 +10,7 @@ from esopt.confutil import opt
 from esopt.envs.base import Env, Episode, StepResult, Task
 from esopt.rollout import RolloutConfig, rollout
 from esopt.train.grpo import GRPOConfig, GRPOTrainer
-from esopt.train.pg_common import Sample, build_samples, gae, group_advantages, token_forward
+from esopt.train.pg_common import GrammarMasks, Sample, build_samples, gae, group_advantages, token_forward
 from esopt.train.ppo import PPOConfig, PPOTrainer
 
 
@@ -103,7 +103,8 @@ def _collect(tmp_path, policy, name, history_turns=0, guided=True, max_new_token
     config.rollout.sampling.max_new_tokens = max_new_tokens
     trainer = GRPOTrainer.start(config, policy=policy, console=Console(quiet=True))
     result, turns_ = trainer.collect(0)
-    samples = build_samples(turns_, trainer.grammar, policy.tokenizer.eos_token_id, eos_in_loss)
+    grammar = GrammarMasks(policy.tokenizer) if guided else None
+    samples = build_samples(turns_, grammar, policy.tokenizer.eos_token_id, eos_in_loss)
     return trainer, result, turns_, samples
 
 

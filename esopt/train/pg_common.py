@@ -412,7 +412,6 @@ class PGTrainer:
         self.optimizer = torch.optim.AdamW(
             self.param_groups(), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay
         )
-        self.grammar = GrammarMasks(self.tokenizer) if config.rollout.guided_decoding else None
         self.reference = None
         if config.kl_coef > 0:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -579,7 +578,9 @@ class PGTrainer:
         result, turns = self.collect(step)
         t1 = time.perf_counter()
         trajectories = result.trajectories
-        samples = build_samples(turns, self.grammar, self.tokenizer.eos_token_id, cfg.eos_in_loss)
+        # A fresh enforcer cache per step: it keys every prefix it has seen, prompt included.
+        grammar = GrammarMasks(self.tokenizer) if cfg.rollout.guided_decoding else None
+        samples = build_samples(turns, grammar, self.tokenizer.eos_token_id, cfg.eos_in_loss)
         self.score_behaviour(samples)
         adv_stats = self.compute_advantages(samples, trajectories)
         t2 = time.perf_counter()
