@@ -1,6 +1,7 @@
 """ES run diagnostics (tied steps, update magnitudes against sigma) and `esopt landscape`."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -97,3 +98,15 @@ def test_landscape_cli_missing_run_directory_is_a_one_line_error(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert err.startswith("esopt: error:") and "no_such_run" in err and "\n" not in err
     assert main(["landscape", "default", "--scales", "0,-1"]) == 2
+
+
+def test_landscape_cli_on_a_run_directory_writes_its_numbers(tmp_path, make_tiny_policy, tiny_train_config, capsys):
+    config = tiny_train_config(tmp_path, "scan", steps=1, eval_every=0)
+    ESTrainer.start(config, policy=make_tiny_policy(), console=Console(quiet=True)).run()
+    run = str(tmp_path / "scan")
+    assert main(["landscape", run, "--tasks", "2", "--grid", "2", "--scales", "0.01"]) == 0
+    result = json.loads((tmp_path / "scan" / "landscape" / "landscape.json").read_text())
+    assert result["coords"] == [-2.0, 2.0] and [p["scale"] for p in result["slices"]] == [0.01]
+    assert (tmp_path / "scan" / "landscape" / "landscape.md").exists()
+    assert main(["landscape", run, "--env.size", "9"]) == 2  # a run's env comes from its config.yaml
+    assert main(["landscape", run, "--grid", "1"]) == 2

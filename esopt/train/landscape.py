@@ -20,7 +20,9 @@ from esopt.rollout import RolloutConfig, rollout
 
 
 def grid_coordinates(points: int, span: float) -> list[float]:
-    """`points` evenly spaced multiples of the scale from -span to +span (0 is one of them when points is odd)."""
+    """`points` (>= 2) evenly spaced multiples of the scale from -span to +span (0 is one of them when points is odd)."""
+    if points < 2:
+        raise ValueError(f"a landscape grid needs at least 2 points per axis, got {points}")
     return [float(x) for x in np.linspace(-span, span, points)]
 
 
@@ -160,7 +162,7 @@ def plot_landscape(result: dict, path: Path, title: str) -> bool:
     if low == high:  # a flat slice still gets a visible colour range
         low, high = low - 0.5, high + 0.5
     # Each cell is centred on its grid coordinate.
-    half = (coords[-1] - coords[0]) / (len(coords) - 1) / 2 if len(coords) > 1 else 0.5
+    half = (coords[-1] - coords[0]) / (len(coords) - 1) / 2
     extent = (coords[0] - half, coords[-1] + half, coords[0] - half, coords[-1] + half)
     fig, axes = plt.subplots(1, len(pieces), figsize=(4.8 * len(pieces) + 1, 4.4), squeeze=False, layout="constrained")
     for ax, piece in zip(axes[0], pieces):
@@ -220,7 +222,7 @@ def main(argv: list[str], add_env_flags, env_overrides) -> int:
     from esopt.envs import make_env
     from esopt.envs.base import SPLITS
     from esopt.policy import load_policy
-    from esopt.train.config import TrainConfig
+    from esopt.train.config import load_config
 
     parser = argparse.ArgumentParser(
         prog="esopt landscape",
@@ -228,7 +230,10 @@ def main(argv: list[str], add_env_flags, env_overrides) -> int:
         "at a few perturbation scales, as a heatmap: is sigma large enough to change outcomes?",
     )
     parser.add_argument("target", metavar="RUN_OR_MODEL", help="a run directory (its newest checkpoint, env and ES settings), a model directory or 'default'")
-    parser.add_argument("--tasks", type=int, default=16, help="number of tasks, the same at every point (default: 16)")
+    parser.add_argument(
+        "--tasks", type=int, default=16,
+        help="number of tasks, the same at every point (default: 16); the scan costs 1 + grid^2 x scales rollouts of them",
+    )
     parser.add_argument("--split", default="train", choices=SPLITS, help="task split (default: train, what ES fitness sees)")
     parser.add_argument("--grid", type=int, default=5, help="points per axis, from -span to +span in units of the scale (default: 5)")
     parser.add_argument("--span", type=float, default=2.0, help="the grid reaches +-span times the scale (default: 2)")
@@ -238,17 +243,23 @@ def main(argv: list[str], add_env_flags, env_overrides) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the tasks, the two directions and decoding (default: 0)")
     parser.add_argument("--out", help="output directory (default: RUN/landscape for a run, ./landscape for a model)")
+    parser.add_argument(
+        "--config",
+        help="for a model: a training config (configs/*.yaml) whose env, rollout, model dtype and ES noise settings "
+        "the scan uses, e.g. configs/sudoku_demo.yaml; env flags override it (default: `esopt train`'s defaults)",
+    )
     add_env_flags(parser)
     args = parser.parse_args(argv)
-    if args.tasks < 1 or args.grid < 1 or args.span <= 0:
-        raise ConfigError("--tasks and --grid must be >= 1 and --span > 0")
+    if args.tasks < 1 or args.grid < 2 or args.span <= 0:
+        raise ConfigError("--tasks must be >= 1, --grid >= 2 and --span > 0")
     model_path, run_config = resolve_target(args.target)
-    config = run_config or TrainConfig()
+    if run_config is not None and (args.config or hasattr(args, "env_name") or env_overrides(args)):
+        raise ConfigError("--config and env flags apply to a model; a run directory's settings come from its config.yaml")
+    config = run_config or load_config(args.config)
     if run_config is None:
-        config.env.name = getattr(args, "env_name", config.env.name)
-        config.env.options = env_overrides(args)
-    elif hasattr(args, "env_name") or env_overrides(args):
-        raise ConfigError("env flags apply to a model; a run directory's env comes from its config.yaml")
+        if hasattr(args, "env_name") and args.env_name != config.env.name:
+            config.env.name, config.env.options = args.env_name, {}
+        config.env.options.update(env_overrides(args))
     sigma_final = config.es.sigma_final if STRATEGIES[config.es.strategy].sigma_decays else config.es.sigma
     scales = parse_scales(args.scales) if args.scales else sorted({config.es.sigma, sigma_final})
     env = make_env(config.env.name, config.env.options)
