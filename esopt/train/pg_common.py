@@ -43,7 +43,7 @@ from esopt.es import derive_seed
 from esopt.policy.hf import HFPolicy, ModelConfig
 from esopt.rollout import RolloutConfig, Trajectory, rollout
 from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
-from esopt.train.report import eval_section, plot_reward_curve, print_summary, summarize, time_section
+from esopt.train.report import eval_section, heldout_comparison, plot_reward_curve, print_summary, summarize, time_section
 
 
 # ---- config ---------------------------------------------------------------------------------------
@@ -698,6 +698,9 @@ def write_pg_report(
     summary = summarize_pg(metrics)
     if wall_seconds is not None:
         summary["wall_s"] = wall_seconds
+    if "eval_steps" in summary:  # success intervals and the paired before/after gain, as ES reports show them
+        summary["eval_n"] = config.eval_tasks
+        summary["heldout"] = heldout_comparison(run_dir, *summary["eval_steps"])
     train = [r for r in metrics if "train/mean_reward" in r]
     evals = [r for r in metrics if "eval/success" in r]
     plot = plot_reward_curve(
