@@ -57,11 +57,12 @@ def train(env: str, seed: int, runs_dir: Path, extra: list[str]) -> Path:
 
 def curve(run_dir: Path) -> list[dict]:
     """(updates, wall-clock seconds of training so far, training episodes so far, val success) per eval."""
+    from esopt.train.config import load_config
     from esopt.train.logging import read_metrics
 
     rows, seconds, episodes = [], 0.0, 0
-    config = json.loads(json.dumps(__import__("yaml").safe_load((run_dir / "config.yaml").read_text())))
-    per_step = config["es"]["population"] * config["tasks_per_step"]
+    config = load_config(run_dir / "config.yaml")
+    per_step = config.es.population * config.tasks_per_step
     for record in read_metrics(run_dir):
         if "time/step_s" in record:
             seconds += record["time/step_s"]
@@ -78,12 +79,13 @@ def evaluate_models(env_name: str, models: dict[str, str], eval_tasks: int, samp
     from esopt.envs import make_env
     from esopt.policy import load_policy
     from esopt.train.config import load_config
+    from esopt.train.es_trainer import eval_rollout_config
     from esopt.train.evaluate import evaluate
 
     config = load_config(ROOT / ENVS[env_name])
     env = make_env(config.env.name, config.env.options)
     tasks = env.tasks("eval", eval_tasks, 12345)  # a seed no training run or config uses
-    greedy = dataclasses.replace(config.rollout, sampling=dataclasses.replace(config.rollout.sampling, temperature=0.0))
+    greedy = eval_rollout_config(config)  # what the trainer's own evaluations use (eval_greedy)
     sampled = dataclasses.replace(config.rollout, sampling=dataclasses.replace(config.rollout.sampling, **PAPER_SAMPLING))
     results = {}
     for label, path in models.items():
@@ -206,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         report += markdown(env, ENVS[env], results, curves, png, samples)
         everything[env] = {
             "curves": curves,
-            "results": {label: {k: {kk: vv for kk, vv in v.items()} for k, v in r.items()} for label, r in results.items()},
+            "results": results,
         }
     report += [f"Total wall-clock: {time.time() - started:.0f} s.", ""]
     (out / "learning.md").write_text("\n".join(report))
