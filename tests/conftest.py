@@ -69,6 +69,7 @@ def tiny_train_config():
         config.tasks_per_step = 3
         config.eval_tasks = 3
         config.eval_every = 2
+        config.probe_tasks = 0  # tests/test_forgetting.py covers the probe
         config.runs_dir = str(runs_dir)
         config.run_name = name
         for key, value in overrides.items():

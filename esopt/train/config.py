@@ -88,6 +88,7 @@ class TrainConfig:
     seed: int = opt(0, "run seed: member seeds, task batches and decoding seeds derive from it")
     checkpoint_every: int = opt(0, "save a checkpoint every k steps (0 = only the final one)")
     keep_checkpoints: int = opt(2, "how many checkpoints to keep (the newest)")
+    probe_tasks: int = opt(32, "forgetting probe before and after training: tasks of another env (0 = no probe; see train/forgetting.py)")
     trajectories_per_step: int = opt(2, "training episodes saved per step (from member 0), besides all eval episodes")
     runs_dir: str = opt("runs", "parent directory of run directories")
     run_name: str | None = opt(None, "run directory name (default: <env>__<method>__<seed>__<time>)")
@@ -98,7 +99,7 @@ class TrainConfig:
         for name in ("steps", "tasks_per_step", "eval_tasks"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "checkpoint_every", "trajectories_per_step"):
+        for name in ("eval_every", "checkpoint_every", "trajectories_per_step", "probe_tasks"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.eval_split not in ("val", "eval"):

@@ -218,6 +218,30 @@ def diagnostics_section(summary: dict) -> list[str]:
     return lines
 
 
+def forgetting_section(metrics: list[dict], trained_env: str, tasks: int) -> list[str]:
+    """Markdown lines: the forgetting probe (train/forgetting.py) before and after training; empty when
+    the run has no probe at both ends."""
+    from esopt.train.forgetting import other_env
+
+    probes = [r for r in metrics if "probe/other_env_success" in r]
+    if len(probes) < 2:
+        return []
+    before, after = probes[0], probes[-1]
+    lines = ["## Forgetting probe", "", "What training cost outside the trained env (train/forgetting.py):", "",
+             "| measure | before | after | change |", "|---|---|---|---|"]
+    if "probe/general_loglik" in before and "probe/general_loglik" in after:
+        b, a = before["probe/general_loglik"], after["probe/general_loglik"]
+        lines.append(f"| generic instruction/answer pairs: mean log-likelihood per token | {b:.4f} | {a:.4f} | {a - b:+.4f} |")
+    b, a = before["probe/other_env_success"], after["probe/other_env_success"]
+
+    def rate(x: float) -> str:
+        low, high = wilson_interval(x * tasks, tasks)
+        return f"{x:.3f} [{low:.3f}, {high:.3f}]"
+
+    lines += [f"| `{other_env(trained_env).name}` success, {tasks} val tasks, greedy [95% CI] | {rate(b)} | {rate(a)} | {a - b:+.3f} |", ""]
+    return lines
+
+
 def write_report(
     run_dir: Path, config, metrics: list[dict], fingerprint: str, env=None, eval_tasks=None, update_magnitudes: dict | None = None
 ) -> dict:
@@ -247,6 +271,7 @@ def write_report(
     lines += eval_section(summary, f"{config.eval_tasks} {config.eval_split} tasks, greedy" if config.eval_greedy else f"{config.eval_tasks} {config.eval_split} tasks")
     lines += time_section(summary)
     lines += diagnostics_section(summary)
+    lines += forgetting_section(metrics, config.env.name, config.probe_tasks)
     if plot:
         lines += ["## Reward curve", "", f"![reward curve]({plot})", ""]
     lines += [f"Final weights fingerprint: `{fingerprint}`", ""]
