@@ -5,7 +5,8 @@
 
 For each env: ES-trains the default model from `configs/learn_<env>.yaml` once per training seed (each
 run its own `esopt train` process; its periodic evaluations on the *val* split give the learning
-curve), then evaluates the base model and every trained model on the same `--eval-tasks` tasks of the
+curve), then GRPO-trains it from `configs/learn_<env>_grpo.yaml` with the same seed, tasks and episodes
+per step for exactly the training seconds that ES spent (`max_train_seconds`), then evaluates the base model and every trained model on the same `--eval-tasks` tasks of the
 *eval* split, which no setting was chosen on: greedy decoding, and Mean@4 with the sampled decoder of
 the Agentic ESOpt paper (temperature 0.7, top-p 0.8, top-k 20). Reported per env and seed: success with
 its 95% Wilson interval, the paired gain over the base on the same tasks with its 95% bootstrap
@@ -14,8 +15,9 @@ the model's answers, so a collapse to one answer cannot pass for learning. Write
 `<out>/learning.md`, `<out>/learning.json` and one `learning_<env>.png` per env (held-out success
 against wall-clock seconds and against training episodes).
 
-`--quick` (what `make learn QUICK=1` runs): only sudoku-h1, two seeds of 6 ES steps each, 128 eval tasks,
-no Mean@4: it checks the pipeline end to end and shows the first steps of the curve, not the full gain.
+`--quick` (what `make learn QUICK=1` runs): only sudoku-h1, two seeds of 6 ES steps each (and GRPO for
+the same seconds), 128 eval tasks, no Mean@4: it checks the pipeline end to end and shows the first
+steps of the curve, not the full gain.
 """
 
 from __future__ import annotations
@@ -33,17 +35,19 @@ ENVS = {
     "sudoku-h3": "configs/learn_sudoku_h3.yaml",
     "countdown": "configs/learn_countdown.yaml",
 }
+GRPO_CONFIGS = {env: path.replace(".yaml", "_grpo.yaml") for env, path in ENVS.items()}
 PAPER_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
 
 
-def train(env: str, seed: int, runs_dir: Path, extra: list[str]) -> Path:
-    """One ES training run in its own process; returns its run directory."""
-    name = f"{env}__es__seed{seed}"
+def train(env: str, method: str, seed: int, runs_dir: Path, extra: list[str]) -> Path:
+    """One training run (method "es" or "grpo") in its own process; returns its run directory."""
+    name = f"{env}__{method}__seed{seed}"
     run_dir = runs_dir / name
     if (run_dir / "report.md").exists():
         print(f"[learn] {name}: already trained, reusing {run_dir}", flush=True)
         return run_dir
-    command = [sys.executable, "-m", "esopt.cli", "train", "--config", str(ROOT / ENVS[env]), "--seed", str(seed),
+    command, config = ("train", ENVS[env]) if method == "es" else ("grpo", GRPO_CONFIGS[env])
+    command = [sys.executable, "-m", "esopt.cli", command, "--config", str(ROOT / config), "--seed", str(seed),
                "--runs_dir", str(runs_dir), "--run_name", name, *extra]
     print(f"[learn] {' '.join(command[2:])}", flush=True)
     log = runs_dir / f"{name}.log"
@@ -56,13 +60,15 @@ def train(env: str, seed: int, runs_dir: Path, extra: list[str]) -> Path:
 
 
 def curve(run_dir: Path) -> list[dict]:
-    """(updates, wall-clock seconds of training so far, training episodes so far, val success) per eval."""
-    from esopt.train.config import load_config
+    """(updates, wall-clock seconds of training so far, training episodes so far, val success) per eval,
+    of an ES or a GRPO run."""
+    import yaml
+
     from esopt.train.logging import read_metrics
 
     rows, seconds, episodes = [], 0.0, 0
-    config = load_config(run_dir / "config.yaml")
-    per_step = config.es.population * config.tasks_per_step
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    per_step = config["tasks_per_step"] * (config["es"]["population"] if "es" in config else config["group_size"])
     for record in read_metrics(run_dir):
         if "time/step_s" in record:
             seconds += record["time/step_s"]
@@ -104,7 +110,7 @@ def latest_checkpoint(run_dir: Path) -> str:
     return str(checkpoints(run_dir)[-1][1])
 
 
-def plot(env: str, curves: dict[int, list[dict]], out: Path) -> str | None:
+def plot(env: str, curves: dict[str, list[dict]], out: Path) -> str | None:
     try:
         import matplotlib
 
@@ -113,14 +119,14 @@ def plot(env: str, curves: dict[int, list[dict]], out: Path) -> str | None:
     except ImportError:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
-    for seed, rows in curves.items():
+    for label, rows in curves.items():
         for ax, key in zip(axes, ("seconds", "episodes")):
-            ax.plot([r[key] for r in rows], [r["success"] for r in rows], "o-", label=f"ES seed {seed}")
+            ax.plot([r[key] for r in rows], [r["success"] for r in rows], "o-" if label.startswith("ES") else "s--", label=label)
     axes[0].set_xlabel("training wall-clock (s)")
     axes[1].set_xlabel("training episodes")
     axes[0].set_ylabel("val success (greedy)")
     axes[1].legend()
-    fig.suptitle(f"{env}: held-out (val) success during ES training")
+    fig.suptitle(f"{env}: held-out (val) success during ES and GRPO training")
     fig.tight_layout()
     name = f"learning_{env}.png"
     fig.savefig(out / name, dpi=110)
@@ -158,8 +164,8 @@ def markdown(env: str, config_path: str, results: dict, curves: dict, png: str |
         "",
         "| model | greedy success [95% CI] | paired gain vs base [95% CI] |"
         + (" Mean@4 sampled [95% CI] | paired gain vs base |" if samples else "")
-        + " train s | answers (greedy) |",
-        "|---|---|---|" + ("---|---|" if samples else "") + "---|---|",
+        + " train s | episodes | updates | answers (greedy) |",
+        "|---|---|---|" + ("---|---|" if samples else "") + "---|---|---|---|",
     ]
     for label, result in results.items():
         g = result["greedy"]
@@ -167,8 +173,8 @@ def markdown(env: str, config_path: str, results: dict, curves: dict, png: str |
         if samples:
             s = result["mean@4"]
             row += f" {rate(s, 'success_mean@4')} | " + ("-" if label == "base" else gain(s, base["mean@4"])) + " |"
-        seconds = curves.get(label, [{}])[-1].get("seconds") if label != "base" else None
-        row += f" {seconds:.0f} |" if seconds else " - |"
+        last = curves[label][-1] if curves.get(label) else {}
+        row += f" {last['seconds']:.0f} | {last['episodes']} | {last['step']} |" if last else " - | - | - |"
         row += f" {answers(g)} |"
         lines.append(row)
     lines.append("")
@@ -200,11 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     everything = {}
     for env in envs:
         extra = ["--steps", "6", "--eval_every", "3"] if args.quick else []
-        run_dirs = {seed: train(env, seed, runs_dir, extra) for seed in seeds}
-        curves = {f"ES seed {seed}": curve(run_dir) for seed, run_dir in run_dirs.items()}
-        models = {"base": "default", **{f"ES seed {seed}": latest_checkpoint(run_dir) for seed, run_dir in run_dirs.items()}}
+        run_dirs = {}
+        for seed in seeds:
+            run_dirs[f"ES seed {seed}"] = es_run = train(env, "es", seed, runs_dir, extra)
+            seconds = curve(es_run)[-1]["seconds"]  # GRPO gets exactly ES's training wall-clock
+            grpo_extra = ["--max_train_seconds", f"{seconds:.1f}"] + (["--eval_every", "3"] if args.quick else [])
+            run_dirs[f"GRPO seed {seed}"] = train(env, "grpo", seed, runs_dir, grpo_extra)
+        curves = {label: curve(run_dir) for label, run_dir in run_dirs.items()}
+        models = {"base": "default", **{label: latest_checkpoint(run_dir) for label, run_dir in run_dirs.items()}}
         results = evaluate_models(env, models, eval_tasks, samples)
-        png = plot(env, {seed: curves[f"ES seed {seed}"] for seed in seeds}, out)
+        png = plot(env, curves, out)
         report += markdown(env, ENVS[env], results, curves, png, samples)
         everything[env] = {
             "curves": curves,

@@ -91,6 +91,7 @@ class PGConfig:
     eos_in_loss: bool = opt(True, "also train the end-of-turn token the model sampled to close a reply (never forced or absent ones)")
     eval_tasks: int = opt(32, "held-out tasks per evaluation (the same tasks every time)")
     eval_seed: int = opt(0, "seed of the held-out task set (fixed, so runs with different seeds compare)")
+    eval_split: str = opt("eval", "split of the periodic evaluation: 'eval' (held out, for reporting) or 'val' (for choosing settings)")
     eval_every: int = opt(5, "evaluate every k steps (0 = only before and after training)")
     seed: int = opt(0, "run seed: task batches, decoding seeds and minibatch order derive from it")
     max_train_seconds: float = opt(0.0, "stop after this many seconds of training steps (evaluations excluded); 0 = no limit")
@@ -111,6 +112,8 @@ class PGConfig:
         for name in ("eval_every", "trajectories_per_step", "max_train_seconds", "kl_coef"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.eval_split not in ("val", "eval"):
+            raise ConfigError(f"eval_split must be 'val' or 'eval', got {self.eval_split!r}")
         if self.train_temperature <= 0:
             raise ConfigError(f"train_temperature must be > 0 (sampled decoding), got {self.train_temperature}")
         if not 0 < self.clip_eps < 1:
@@ -396,7 +399,7 @@ class PGTrainer:
         self.policy = policy
         self.console = console or Console()
         self.env = make_env(config.env.name, config.env.options)
-        self.eval_tasks = self.env.tasks("eval", config.eval_tasks, config.eval_seed)
+        self.eval_tasks = self.env.tasks(config.eval_split, config.eval_tasks, config.eval_seed)
         self.train_rollout = copy.deepcopy(config.rollout)
         self.train_rollout.sampling.temperature = config.train_temperature
         self.model = policy.model
