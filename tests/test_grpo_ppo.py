@@ -88,6 +88,7 @@ def _config(cls, tmp_path, name, **overrides):
     config.runs_dir = str(tmp_path)
     config.run_name = name
     config.save_checkpoint = False
+    config.probe_tasks = 0
     for key, value in overrides.items():
         setattr(config, key, value)
     return config
@@ -271,7 +272,7 @@ def test_training_raises_reward(tmp_path, make_tiny_policy, pick_env, cls, train
     torch.manual_seed(0)
     policy = make_tiny_policy()
     before = _eval_reward(policy)
-    config = _config(cls, tmp_path, trainer_cls.method)
+    config = _config(cls, tmp_path, trainer_cls.method, probe_tasks=2)
     if trainer_cls is PPOTrainer:
         config.gamma, config.lam = 1.0, 1.0
     summary = trainer_cls.start(config, policy=policy, console=Console(quiet=True)).run()
@@ -286,13 +287,15 @@ def test_training_raises_reward(tmp_path, make_tiny_policy, pick_env, cls, train
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if "train/mean_reward" in r]
     assert len(train) == 3 and train[-1]["train/episodes"] == 3 * 16
-    assert all(k.split("/")[0] in ("step", "train", "eval", "time", "mem") for r in records for k in r)
+    assert all(k.split("/")[0] in ("step", "train", "eval", "time", "mem", "probe") for r in records for k in r)
+    assert [r["step"] for r in records if "probe/other_env_success" in r] == [0, 3]
     assert [r["step"] for r in records if "eval/success" in r] == [0, 3]
     # the budget every method is compared at: optimizer steps, episodes, wall-clock
     assert summary["optimizer_steps"] == 3 and summary["episodes"] == 48
     assert summary["train_s"] > 0 and summary["wall_s"] >= summary["train_s"] + summary["eval_s"] * 0.99
     report = (run / "report.md").read_text()
     assert "3 optimizer steps over 3 steps, 48 training episodes" in report and "s wall-clock in all" in report
+    assert "## Forgetting probe" in report and "`sudoku` success, 2 val tasks" in report
 
 
 def test_generation_policy_sees_optimizer_updates(tmp_path, make_tiny_policy, pick_env):

@@ -43,7 +43,10 @@ from esopt.es import derive_seed
 from esopt.policy.hf import HFPolicy, ModelConfig
 from esopt.rollout import RolloutConfig, Trajectory, rollout
 from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
-from esopt.train.report import eval_section, heldout_comparison, plot_reward_curve, print_summary, summarize, time_section
+from esopt.train.forgetting import probe
+from esopt.train.report import (
+    eval_section, forgetting_section, heldout_comparison, plot_reward_curve, print_summary, summarize, time_section,
+)
 
 
 # ---- config ---------------------------------------------------------------------------------------
@@ -95,6 +98,7 @@ class PGConfig:
     eval_every: int = opt(5, "evaluate every k steps (0 = only before and after training)")
     seed: int = opt(0, "run seed: task batches, decoding seeds and minibatch order derive from it")
     max_train_seconds: float = opt(0.0, "stop after this many seconds of training steps (evaluations excluded); 0 = no limit")
+    probe_tasks: int = opt(32, "forgetting probe before and after training: tasks of another env (0 = no probe; see train/forgetting.py)")
     save_checkpoint: bool = opt(True, "save the final weights to checkpoints/ (loadable by from_pretrained)")
     trajectories_per_step: int = opt(2, "training episodes saved per step, besides all eval episodes")
     runs_dir: str = opt("runs", "parent directory of run directories")
@@ -109,7 +113,7 @@ class PGConfig:
         for name in ("steps", "tasks_per_step", "group_size", "eval_tasks"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "trajectories_per_step", "max_train_seconds", "kl_coef"):
+        for name in ("eval_every", "trajectories_per_step", "max_train_seconds", "kl_coef", "probe_tasks"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.eval_split not in ("val", "eval"):
@@ -626,6 +630,10 @@ class PGTrainer:
         (path / "esopt.json").write_text(json.dumps({"updates": updates, "fingerprint": self.policy.fingerprint()}))
         return path
 
+    def log_probe(self, step: int) -> None:
+        if self.config.probe_tasks:
+            self.metrics.log(step, probe(self.policy, self.config.env.name, self.config.rollout, self.config.probe_tasks))
+
     def run(self) -> dict:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -633,6 +641,7 @@ class PGTrainer:
         started = time.perf_counter()
         self.metrics = MetricsLogger(self.run_dir)
         self.evaluate(0)
+        self.log_probe(0)
         last_eval = 0
         done = 0
         columns = [
@@ -659,6 +668,7 @@ class PGTrainer:
                     last_eval = done
         if last_eval != done:
             self.evaluate(done)
+        self.log_probe(done)
         if cfg.save_checkpoint:
             self.save_checkpoint(done)
         self.metrics.close()
@@ -725,6 +735,7 @@ def write_pg_report(
     ]
     lines += eval_section(summary, f"{config.eval_tasks} tasks, same rollout/eval code as ES")
     lines += time_section(summary)
+    lines += forgetting_section(metrics, config.env.name, config.probe_tasks)
     if plot:
         lines += ["## Reward curve", "", f"![reward curve]({plot})", ""]
     lines += [f"Final weights fingerprint: `{fingerprint}`", ""]
