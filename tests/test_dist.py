@@ -158,6 +158,7 @@ def _train_config(tmp_path, name, **dist) -> TrainConfig:
     config.eval_tasks = 1
     config.eval_every = 0
     config.trajectories_per_step = 1
+    config.probe_tasks = 0
     config.runs_dir = str(tmp_path)
     config.run_name = name
     for key, value in dist.items():

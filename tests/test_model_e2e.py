@@ -51,10 +51,13 @@ def test_one_es_step_on_the_real_model(tmp_path, fp32_policy):
     config.rollout.history_turns = 0
     config.rollout.sampling.max_new_tokens = 10
     config.steps, config.tasks_per_step, config.eval_tasks, config.eval_every = 1, 2, 2, 0
+    config.probe_tasks = 2  # the forgetting probe on the real model: sudoku runs are probed on countdown
     config.runs_dir, config.run_name = str(tmp_path), "real"
     fingerprint = fp32_policy.fingerprint()
     summary = ESTrainer.start(config, policy=fp32_policy, console=Console(quiet=True)).run()
     assert summary["steps"] == 1
+    report = (tmp_path / "real" / "report.md").read_text()
+    assert "## Forgetting probe" in report and "`countdown` success, 2 val tasks" in report
     (k, checkpoint), = checkpoints(tmp_path / "real")
     loaded = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
     params = dict(loaded.named_parameters())
