@@ -136,3 +136,13 @@ def test_jump_forward_gives_the_same_replies_with_fewer_generated_tokens(make_ti
     assert all(re.fullmatch(r, reply) for r, reply in zip(regexes, fast) if r)
     assert fast[5] == "x" and policy.last_reply_tokens[5] == 1  # only the end-of-sequence token
     assert policy.last_reply_tokens[0] < plain_tokens[0]
+
+
+def test_balanced_answers_make_every_digit_the_answer_equally_often():
+    env = make_env("sudoku", {"size": 4, "empty_cells": 1, "grammar": "legal", "balanced_answers": True})
+    tasks = env.tasks("train", 12, 5)
+    answers = [int(t.data["solution"][t.data["puzzle"].index(".")]) for t in tasks]
+    assert answers == [1, 2, 3, 4] * 3
+    assert env.trivial_baseline(tasks) == ("always 1", 0.25)
+    unbalanced = make_env("sudoku", {"size": 4, "empty_cells": 1, "grammar": "legal"}).tasks("train", 12, 5)
+    assert [int(t.data["solution"][t.data["puzzle"].index(".")]) for t in unbalanced] != answers

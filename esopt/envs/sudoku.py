@@ -213,6 +213,12 @@ def _hash_int(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
+def _first_answer(puzzle: str, solution: str) -> int:
+    """The solution's digit in the puzzle's first empty cell."""
+    first = next(i for i, ch in enumerate(puzzle) if ch in ".0")
+    return int(solution[first])
+
+
 def puzzle_split(puzzle: str) -> str:
     """The split a puzzle belongs to ("train", "val" or "eval"), from a stable hash of its string."""
     if _hash_int("esopt-sudoku-split|" + puzzle) % EVAL_FRACTION:
@@ -334,6 +340,11 @@ class SudokuConfig:
         "empty cell, which digits its row, column and box already use and which are free: the facts a "
         "solver needs, spelled out) or 'board+marks' (both).",
     )
+    balanced_answers: bool = opt(
+        False,
+        "If true, the k-th puzzle of every task set needs digit (k mod size) + 1 in its first empty cell, so "
+        "each digit is the answer equally often and no constant answer beats chance (1/size).",
+    )
     partial_credit: bool = opt(
         False,
         "If true, an unsolved episode scores the fraction of originally empty cells holding the "
@@ -366,6 +377,8 @@ class SudokuConfig:
             raise ConfigError(
                 f"sudoku.observation must be one of {', '.join(OBSERVATIONS)}, got {self.observation!r}"
             )
+        if not isinstance(self.balanced_answers, bool):
+            raise ConfigError(f"sudoku.balanced_answers must be true or false, got {self.balanced_answers!r}")
         if not isinstance(self.partial_credit, bool):
             raise ConfigError(f"sudoku.partial_credit must be true or false, got {self.partial_credit!r}")
 
@@ -430,6 +443,8 @@ class SudokuEnv(Env):
             for attempt in range(_MAX_ATTEMPTS):
                 made = generate_puzzle(c.size, c.empty_cells, self._rng(split, seed, index, attempt))
                 if made is None or puzzle_split(made[0]) != split:
+                    continue
+                if c.balanced_answers and _first_answer(*made) != index % c.size + 1:
                     continue
                 if made[0] in seen and dups < _DUP_ATTEMPTS:
                     dups += 1
