@@ -127,10 +127,10 @@ def _print_eval(console, label: str, report: dict) -> None:
     n, k = report["tasks"], report["samples"]
     console.print(f"[bold]{label}[/]  ({n} tasks x {k} sample{'s' if k > 1 else ''})")
     for key, value in report.items():
-        if key in ("per_task_success", "answers") or key.endswith("_ci95"):
+        if key in ("per_task_success", "per_task_invalid", "answers") or key.endswith("_ci95"):
             continue
-        if key in (f"success_mean@{k}", "trivial_success") or key.startswith(("pass@", "success/")):
-            low, high = report[f"success_mean@{k}_ci95"] if key == f"success_mean@{k}" else wilson_interval(value * n, n)
+        if key in (f"success_mean@{k}", "trivial_success", "invalid_episodes") or key.startswith(("pass@", "success/")):
+            low, high = report[f"{key}_ci95"] if f"{key}_ci95" in report else wilson_interval(value * n, n)
             console.print(f"{key:>20}: {value:.4f}  95% CI [{low:.3f}, {high:.3f}]")
         else:
             console.print(f"{key:>20}: {value:.4f}" if isinstance(value, float) else f"{key:>20}: {value}")
@@ -187,11 +187,13 @@ def cmd_eval(argv: list[str]) -> int:
         del policy
         _print_eval(console, spec if args.compare else f"{spec} on {env.name}/{args.split}", reports[-1])
     if args.compare:
-        d = paired_difference(reports[1]["per_task_success"], reports[0]["per_task_success"])
-        console.print(
-            f"[bold]paired difference B - A[/] over the same {d['n']} tasks: {d['diff']:+.4f}  "
-            f"95% CI [{d['low']:+.3f}, {d['high']:+.3f}]  (sign-flip p = {d['p']:.3g})"
-        )
+        for measure in ("success", "invalid"):
+            d = paired_difference(reports[1][f"per_task_{measure}"], reports[0][f"per_task_{measure}"])
+            console.print(
+                f"[bold]paired difference B - A[/] of {'success' if measure == 'success' else 'invalid episodes'} "
+                f"over the same {d['n']} tasks: {d['diff']:+.4f}  95% CI [{d['low']:+.3f}, {d['high']:+.3f}]  "
+                f"(sign-flip p = {d['p']:.3g})"
+            )
     return 0
 
 

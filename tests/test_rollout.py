@@ -104,3 +104,4 @@ def test_evaluate_reports_mean_and_pass_at_k():
     assert report["mean@2"] == pytest.approx(0.5)
     assert report["pass@2"] == pytest.approx(1.0)
     assert report["tasks"] == 4 and report["samples"] == 2
+    assert report["per_task_invalid"] == [0.5] * 4 and report["invalid_episodes"] == pytest.approx(0.5)

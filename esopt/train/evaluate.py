@@ -49,6 +49,10 @@ def evaluate(
     if trivial is not None:
         report["trivial_policy"], report["trivial_success"] = trivial
     report["per_task_success"] = per_task
+    # an episode with any invalid action; per task, so two models compare on the same tasks as success does
+    report["per_task_invalid"] = [sum(any(t.invalid) for t in group) / k for group in by_task]
+    report["invalid_episodes"] = sum(report["per_task_invalid"]) / len(tasks)
+    report["invalid_episodes_ci95"] = wilson_interval(sum(report["per_task_invalid"]), len(tasks))
     categories: dict[str, list[bool]] = defaultdict(list)
     for trajectory in result.trajectories:
         if "category" in trajectory.final_info:
