@@ -146,3 +146,21 @@ def test_balanced_answers_make_every_digit_the_answer_equally_often():
     assert env.trivial_baseline(tasks) == ("always 1", 0.25)
     unbalanced = make_env("sudoku", {"size": 4, "empty_cells": 1, "grammar": "legal"}).tasks("train", 12, 5)
     assert [int(t.data["solution"][t.data["puzzle"].index(".")]) for t in unbalanced] != answers
+
+
+def test_heldout_comparison_pairs_success_and_invalid_episodes_task_by_task(tmp_path):
+    import json
+
+    from esopt.train.report import heldout_comparison
+
+    def write(step, rows):
+        path = tmp_path / "trajectories" / f"eval_step{step:05d}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("".join(json.dumps({"success": s, "invalid": i, "final_info": {"answer": a}}) + "\n" for s, i, a in rows))
+
+    write(0, [(False, [True], "x"), (False, [True], "x"), (True, [False], "4"), (False, [False, True], "2")])
+    write(5, [(True, [False], "3"), (False, [True], "x"), (True, [False], "4"), (False, [False], "2")])
+    h = heldout_comparison(tmp_path, 0, 5)
+    assert h["gain"]["diff"] == 0.25 and h["gain"]["n"] == 4
+    assert h["invalid_episodes"] == (0.75, 0.25) and h["invalid_change"]["diff"] == -0.5
+    assert h["answers"]["before"][0] == ("x", 2)

@@ -141,6 +141,14 @@ def eval_section(summary: dict, what: str) -> list[str]:
             f"[{d['low']:+.3f}, {d['high']:+.3f}], sign-flip p = {d['p']:.3g}.",
             "",
         ]
+        if "invalid_change" in heldout:
+            v, (b, a) = heldout["invalid_change"], heldout["invalid_episodes"]
+            (bl, bh), (al, ah) = (wilson_interval(x * v["n"], v["n"]) for x in (b, a))
+            lines += [
+                f"Episodes with an invalid action: {b:.3f} [{bl:.3f}, {bh:.3f}] before, {a:.3f} [{al:.3f}, {ah:.3f}] "
+                f"after; paired change {v['diff']:+.3f}, 95% bootstrap interval [{v['low']:+.3f}, {v['high']:+.3f}].",
+                "",
+            ]
         if heldout.get("trivial"):
             name, rate = heldout["trivial"]
             low, high = wilson_interval(rate * d["n"], d["n"])
@@ -164,8 +172,13 @@ def heldout_comparison(run_dir: Path, first: int, last: int, env=None, tasks=Non
         when: Counter(str(r.get("final_info", {}).get("answer", "")) for r in records).most_common()
         for when, records in (("before", before), ("after", after))
     }
+    def invalid(records: list[dict]) -> list[float]:
+        return [float(any(r.get("invalid", []))) for r in records]
+
     return {
         "gain": paired_difference([float(r["success"]) for r in after], [float(r["success"]) for r in before]),
+        "invalid_change": paired_difference(invalid(after), invalid(before)),
+        "invalid_episodes": (sum(invalid(before)) / len(before), sum(invalid(after)) / len(after)),
         "answers": answers,
         "trivial": env.trivial_baseline(tasks) if env is not None and tasks else None,
     }
