@@ -66,8 +66,16 @@ def test_use_all_numbers():
     t = _task([20, 5, 3, 2], 100)
     assert "exactly once" in env.start(t).observation
     r = env.start(t).step("answer: 20*5")
-    assert r.reward == pytest.approx(0.1) and not r.info["success"]
+    assert r.reward == 0.0 and not r.info["success"] and r.info["invalid"]  # no format reward for a part
+    assert "missing: 2, 3" in r.info["error"]
     assert env.start(t).step("answer: 20*5*(3-2)").reward == pytest.approx(1.1)
+    assert env.start(t).step("answer: 20*5*3-2").reward == pytest.approx(0.1)  # all numbers, wrong value
+
+
+def test_trivial_baseline_answers_the_target():
+    tasks = [_task([7, 3, 2], 7), _task([7, 3, 2], 21), _task([5, 5, 1], 5), _task([4, 6, 1], 10)]
+    assert make_env("countdown", {}).trivial_baseline(tasks) == ("answer the target", 0.5)
+    assert make_env("countdown", {"use_all_numbers": True}).trivial_baseline(tasks) == ("answer the target", 0.0)
 
 
 def test_garbage_scores_zero(env, tasks):

@@ -9,9 +9,14 @@ target; a correct answer therefore scores 1.1, a well-formed wrong one 0.1, anyt
 
 - Well formed: the answer parses as an arithmetic expression of whole-number literals, binary
   + - * /, and parentheses (no unary minus, no other operators or names), and every literal is
-  one of the given numbers, each used at most as often as it is given.
-- Correct: well formed, evaluates (exact rational arithmetic; division by zero fails) to the
-  target, and, when `use_all_numbers` is set, uses every given number exactly once.
+  one of the given numbers, each used at most as often as it is given; with `use_all_numbers`,
+  every given number exactly once (so a lone given number earns no format reward there).
+- Correct: well formed and evaluates (exact rational arithmetic; division by zero fails) to the
+  target.
+
+Trivial policy: answering with the target itself is correct whenever the target is one of the given
+numbers (about one puzzle in eight of the default generator under the at-most-once rule; never under
+`use_all_numbers`). The base model does exactly that; `trivial_baseline` reports its rate.
 
 Number rule. By default each number may be used *at most once* (this brief's rule; the original
 Countdown game's rule). reasoning-gym's own scorer, the ES-at-Scale code and TinyZero instead
@@ -154,11 +159,12 @@ def score_expression(
     if extra:
         bad = ", ".join(str(k) for k in sorted(extra))
         return Score(0.0, False, False, value, f"uses numbers not given (or too often): {bad}")
+    if use_all_numbers and used != given:
+        # not well formed under this rule: otherwise a lone given number would earn the format reward
+        missing = ", ".join(str(k) for k in sorted(given - used))
+        return Score(0.0, False, False, value, f"does not use every number exactly once (missing: {missing})")
     correct = value is not None and value == Fraction(int(target))
-    if correct and use_all_numbers and used != given:
-        correct = False
-        error = "does not use every number exactly once"
-    elif value is not None and not correct:
+    if value is not None and not correct:
         error = f"evaluates to {_fmt(value)}, not {target}"
     reward = float(format_reward) + (float(correct_reward) if correct else 0.0)
     return Score(reward, True, correct, value, error)
@@ -305,6 +311,16 @@ class CountdownEnv(Env):
                 )
             )
         return out
+
+    def trivial_baseline(self, tasks: list[Task]) -> tuple[str, float] | None:
+        """Answering with the target itself: no arithmetic, correct when the target is a given number."""
+        if not tasks:
+            return None
+        hits = sum(
+            score_expression(str(t.data["target"]), t.data["numbers"], t.data["target"], self.config.use_all_numbers).correct
+            for t in tasks
+        )
+        return "answer the target", hits / len(tasks)
 
     def start(self, task: Task) -> "CountdownEpisode":
         return CountdownEpisode(self, task)
