@@ -1,4 +1,4 @@
-# esopt: `make demo` trains the default model on Sudoku; `make test` runs the test suite.
+# esopt: `make demo` trains the default model on Countdown; `make test` runs the test suite.
 # Both set up the virtualenv first when needed.
 
 PYTHON ?= python3
@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	$(VENV)/bin/esopt train --config configs/sudoku_demo.yaml
+	$(VENV)/bin/esopt train --config configs/countdown_demo.yaml
 
 test: setup
 	$(PY) -m pytest -q
