@@ -79,11 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         raise SystemExit(f"not a run directory (no config.yaml): {', '.join(missing)}")
     reference = yaml.safe_load((dirs[0] / "config.yaml").read_text())
-    split = reference.get("eval_split", "eval")
     lines = [
         f"`python -m benchmarks.ablation {' '.join(argv if argv is not None else sys.argv[1:])}`",
         "",
-        f"| run | change vs reference | {split} success before [95% CI] | after | train reward first -> last third "
+        "| run | change vs reference | success before [95% CI] (the run's eval_split) | after | train reward first -> last third "
         "| tied steps | steps | s/step | peak GB |",
         "|---|---|---|---|---|---|---|---|---|",
         *[row(d, reference) for d in dirs],
