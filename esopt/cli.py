@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -213,7 +214,9 @@ def cmd_replay(argv: list[str]) -> int:
         raise ConfigError(f"{run_dir} has no history.jsonl")
     config = load_config(run_dir / "config.yaml")
     history = read_history(run_dir / "history.jsonl")[: args.steps]
-    policy = load_policy(config.model)
+    # The fp32 master is the same on every backend (the vLLM backend builds it as HFPolicy does), so a
+    # replay needs no inference engine: the HF backend rebuilds the weights of a vLLM run too.
+    policy = load_policy(dataclasses.replace(config.model, backend="hf"))
     for update in history:
         policy.apply(update)
     policy.save(args.out)

@@ -185,3 +185,155 @@ def test_save_loads_with_transformers(policy, tmp_path):
     assert params.keys() == policy.master_weights().keys()
     for name, tensor in policy.master_weights().items():
         assert torch.equal(params[name], tensor), name
+
+
+# ---- low-rank members as LoRA adapters (population batching) ---------------------------------------
+LORA_RANK = 2
+
+
+def _lowrank_member(index: int, seed: int, sign: int = 1, sigma: float = 0.02, scope: str = "all") -> Member:
+    from esopt.es import LowRankNoise, Scope
+
+    return Member(index=index, seed=seed, sigma=sigma, sign=sign, noise=LowRankNoise(LORA_RANK), scope=Scope(scope))
+
+
+@pytest.fixture(scope="module")
+def lora_policy():
+    pytest.importorskip("vllm")
+    from esopt.policy.vllm import VLLMConfig, VLLMPolicy
+
+    policy = VLLMPolicy(VLLMConfig(dtype=DTYPE, kv_cache_gib=1.0, lora_slots=4, lora_rank=LORA_RANK))
+    yield policy
+    policy.close()
+
+
+def _prompt_ids(policy, chats) -> list[list[int]]:
+    return policy.prompt_token_ids(chats)
+
+
+def _vllm_next_token_logprobs(policy, chats, members=None) -> list[dict[int, float]]:
+    """Top-20 next-token log-probabilities after each prompt, each chat under its member's adapter."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=20)
+    requests = policy._lora_requests(members) if members else None
+    outputs = policy.llm.generate(
+        [{"prompt_token_ids": ids} for ids in _prompt_ids(policy, chats)], params, lora_request=requests, use_tqdm=False
+    )
+    return [{token: lp.logprob for token, lp in o.outputs[0].logprobs[0].items()} for o in outputs]
+
+
+@torch.no_grad()
+def _hf_next_token_logprobs(hf_policy, ids: list[list[int]]) -> list[torch.Tensor]:
+    return [torch.log_softmax(hf_policy.model(torch.tensor([row])).logits[0, -1].float(), -1) for row in ids]
+
+
+def _max_gap(engine: list[dict[int, float]], reference: list[torch.Tensor]) -> float:
+    return max(abs(lp - ref[token].item()) for row, ref in zip(engine, reference) for token, lp in row.items())
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("scope", ["all", "linear"])
+def test_adapter_logits_equal_materialised_perturbed_weights(lora_policy, hf_policy, scope):
+    """A member's adapter gives the logits of its materialised perturbed weights (HFPolicy, same dtype), up to
+    the bf16 kernel differences the unperturbed engine already shows; the perturbation itself moves them far more."""
+    chats = _chats(4)
+    ids = _prompt_ids(lora_policy, chats)
+    member = _lowrank_member(0, seed=77, sign=-1, scope=scope)
+    kernel_gap = _max_gap(_vllm_next_token_logprobs(lora_policy, chats), _hf_next_token_logprobs(hf_policy, ids))
+    with hf_policy.perturbed(member):
+        materialised = _hf_next_token_logprobs(hf_policy, ids)
+    with lora_policy.population([member]):
+        adapter = _vllm_next_token_logprobs(lora_policy, chats, [member] * len(chats))
+    base = _vllm_next_token_logprobs(lora_policy, chats)
+    gap, effect = _max_gap(adapter, materialised), _max_gap(base, materialised)
+    print(f"scope {scope}: adapter vs materialised {gap:.3f}, unperturbed engine vs HF {kernel_gap:.3f}, perturbation {effect:.3f}")
+    assert gap <= 2 * kernel_gap + 0.1
+    assert effect >= 4 * gap
+
+
+@pytest.mark.vllm
+def test_population_step_is_one_generate_call_and_update_equals_hf(lora_policy, hf_policy):
+    from esopt.dist import LocalEvaluator
+    from esopt.envs import make_env
+    from esopt.rollout import RolloutConfig
+
+    env = make_env("math", {"generators": ["gsm_symbolic"], "tools": [], "max_turns": 1, "max_tool_calls": 0})
+    tasks = env.tasks("train", 2, 0)
+    rollout_config = RolloutConfig(guided_decoding=False, sampling=SamplingConfig(max_new_tokens=8))
+    config = ESConfig(population=4, antithetic=True, noise="lowrank", rank=LORA_RANK, sigma=0.02, alpha=0.05)
+    strategy = make_strategy(config, total_steps=1, run_seed=5)
+    members = strategy.ask(0)
+    evaluator = LocalEvaluator(lora_policy, env)
+    assert evaluator.batched(members)
+    base = {n: t.clone() for n, t in lora_policy.master_weights().items()}
+    hf_base = {n: t.clone() for n, t in hf_policy.master_weights().items()}
+    calls = lora_policy.generate_calls
+    results = evaluator.evaluate(members, tasks, rollout_config, seed=0)
+    assert lora_policy.generate_calls - calls == 1  # G members x N tasks, one turn: one generate call
+    assert [r.index for r in results] == [m.index for m in members]
+    assert all(r.generated_tokens > 0 for r in results)
+
+    chats = _chats(4)
+    ids = _prompt_ids(lora_policy, chats)
+    before = _vllm_next_token_logprobs(lora_policy, chats)
+    update = strategy.tell(0, members, [0.0, 1.0, 3.0, 0.5])
+    lora_policy.apply(update)
+    hf_policy.apply(update)
+    try:
+        assert lora_policy.fingerprint() == hf_policy.fingerprint() != _fingerprint(base)
+        lora_policy.check_sync()  # the worker's master followed the same update
+        after = _vllm_next_token_logprobs(lora_policy, chats)
+        hf_after = _hf_next_token_logprobs(hf_policy, ids)
+        kernel_gap = _max_gap(before, _hf_next_token_logprobs_base(hf_policy, hf_base, ids))
+        # The engine's base weights moved with the update: it now agrees with HF's updated weights.
+        assert _max_gap(after, hf_after) <= 2 * kernel_gap + 0.1
+        assert _max_gap(before, hf_after) > _max_gap(after, hf_after)
+    finally:
+        lora_policy.load_master_weights(base)
+        hf_policy.load_master_weights(hf_base)
+
+
+def _hf_next_token_logprobs_base(hf_policy, weights, ids):
+    current = {n: t.clone() for n, t in hf_policy.master_weights().items()}
+    hf_policy.load_master_weights(weights)
+    try:
+        return _hf_next_token_logprobs(hf_policy, ids)
+    finally:
+        hf_policy.load_master_weights(current)
+
+
+@pytest.mark.vllm
+def test_lowrank_run_on_vllm_replays_to_the_same_weights(lora_policy, tmp_path):
+    from rich.console import Console
+
+    from esopt.cli import main as cli_main
+    from esopt.train.config import TrainConfig
+    from esopt.train.es_trainer import ESTrainer
+
+    config = TrainConfig()
+    config.model.backend, config.model.dtype = "vllm", DTYPE
+    config.env.name = "math"
+    config.env.options = {"generators": ["gsm_symbolic"], "tools": [], "max_turns": 1, "max_tool_calls": 0}
+    config.es.population, config.es.noise, config.es.rank = 4, "lowrank", LORA_RANK
+    config.es.sigma, config.es.sigma_final, config.es.alpha = 0.02, 0.01, 0.05
+    config.rollout.guided_decoding = False
+    config.rollout.sampling.max_new_tokens = 8
+    config.steps, config.tasks_per_step, config.eval_tasks, config.eval_every = 2, 2, 1, 0
+    config.trajectories_per_step = 0
+    config.runs_dir, config.run_name = str(tmp_path), "run"
+    base = {n: t.clone() for n, t in lora_policy.master_weights().items()}
+    try:
+        calls = lora_policy.generate_calls
+        summary = ESTrainer.start(config, policy=lora_policy, console=Console(quiet=True)).run()
+        # Per step one population call (one turn); plus the evaluations before and after training.
+        assert lora_policy.generate_calls - calls == config.steps + 2
+        trained = lora_policy.fingerprint()
+        lora_policy.check_sync()
+        assert trained != _fingerprint(base)
+        assert cli_main(["replay", str(tmp_path / "run"), "--out", str(tmp_path / "replayed")]) == 0
+        from esopt.policy.base import load_checkpoint_weights
+
+        assert _fingerprint(load_checkpoint_weights(tmp_path / "replayed")) == trained
+    finally:
+        lora_policy.load_master_weights(base)

@@ -50,7 +50,14 @@ from esopt.es import (
 )
 from esopt.es.parallel import for_each_tensor
 from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master, write_optimizer_state
-from esopt.policy.lowrank_hooks import PopulationFactors, bind_hook, embedding_hook, hook_targets, linear_hook
+from esopt.policy.lowrank_hooks import (
+    PopulationFactors,
+    bind_hook,
+    embedding_hook,
+    hook_targets,
+    linear_hook,
+    members_problem,
+)
 from esopt.policy.guided import GrammarComplete, forced_prefix
 from esopt.policy.models import resolve_model_path
 from esopt.policy.sampling import sampling_processors
@@ -156,12 +163,9 @@ class HFPolicy(Policy):
 
     def _population_problem(self, members: Sequence[Member]) -> str | None:
         """Why these members cannot share one batched forward (None = they can)."""
-        if any(not isinstance(m.noise, LowRankNoise) for m in members):
-            return "population batching needs low-rank noise (es.noise=lowrank)"
-        if len({(m.noise, m.scope) for m in members}) > 1:
-            return "population batching needs one rank and one scope for all members"
-        if any(m.partition is not None for m in members):
-            return "population batching does not support CoPES subspaces"
+        problem = members_problem(members)
+        if problem:
+            return problem
         moved = tensors_moved(members[0], self._master) if members else []
         unhookable = [self._unhookable[name] for name in moved if name in self._unhookable]
         if unhookable:

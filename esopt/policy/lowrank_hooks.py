@@ -23,6 +23,18 @@ class PopulationFactors:
     the model's device."""
 
 
+def members_problem(members) -> str | None:
+    """Why these members cannot share one batched forward over one base weight, whatever the backend
+    (None = they can): they need low-rank noise of one rank, one scope, and no CoPES subspaces."""
+    if any(not isinstance(m.noise, LowRankNoise) for m in members):
+        return "population batching needs low-rank noise (es.noise=lowrank)"
+    if len({(m.noise, m.scope) for m in members}) > 1:
+        return "population batching needs one rank and one scope for all members"
+    if any(m.partition is not None for m in members):
+        return "population batching does not support CoPES subspaces"
+    return None
+
+
 def hook_targets(
     model, params: dict[str, torch.nn.Parameter]
 ) -> tuple[list[tuple[torch.nn.Module, str, str]], dict[str, str]]:

