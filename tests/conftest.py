@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -6,13 +8,17 @@ from esopt.policy.models import tiny_llama
 
 
 
+TEST_DEVICE = os.environ.get("ESOPT_TEST_DEVICE", "cpu")
+"""Where the tiny policies of the unit tests run (benchmarks/gpu_check.sh sets cuda)."""
+
+
 @pytest.fixture
 def make_tiny_policy():
-    """Factory for a tiny random-initialised Llama policy (same seed -> identical weights)."""
+    """Factory for a tiny random-initialised Llama policy (same seed -> identical weights) on TEST_DEVICE."""
 
     def make(seed: int = 0, dtype: torch.dtype = torch.float32) -> HFPolicy:
         model, tokenizer = tiny_llama(seed=seed)
-        return HFPolicy(model.to(dtype), tokenizer)
+        return HFPolicy(model.to(device=TEST_DEVICE, dtype=dtype), tokenizer)
 
     return make
 

@@ -121,6 +121,17 @@ class Policy(abc.ABC):
         return sum(t.numel() for t in self.master_weights().values())
 
 
+def weights_fingerprint(weights: dict) -> str:
+    """The hash `Policy.fingerprint` returns: equal for equal tensors by name, whatever device holds them."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        digest.update(name.encode())
+        digest.update(weights[name].detach().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def copy_into_master(master: dict, weights: dict) -> None:
     """Overwrite every master tensor with its namesake in `weights` (cast to fp32); all must be present."""
     missing = sorted(set(master) - set(weights))

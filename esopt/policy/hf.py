@@ -27,7 +27,6 @@ after another with materialised weights (`supports_population` says no).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ from esopt.es import (
     tensors_moved,
 )
 from esopt.es.parallel import for_each_tensor
-from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master, write_optimizer_state
+from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master, weights_fingerprint, write_optimizer_state
 from esopt.policy.lowrank_hooks import (
     PopulationFactors,
     bind_hook,
@@ -71,6 +70,7 @@ class ModelConfig:
     dtype: str = opt("float32", "compute dtype of the model: float32 | bfloat16 (the ES master copy is always fp32)")
     attn_implementation: str = opt("eager", "attention kernel: eager | sdpa (eager measured faster on CPU for short prompts)")
     threads: int = opt(0, "torch CPU threads (0 = torch's default)")
+    device: str = opt("auto", "where the HF model runs: auto (cuda when available, else cpu) | cpu | cuda | cuda:N")
     max_batch_size: int = opt(0, "split generate calls into batches of at most this many chats (0 = no limit)")
     jump_forward: bool = opt(
         True,
@@ -88,8 +88,19 @@ class ModelConfig:
             raise ConfigError(f"model.attn_implementation must be eager or sdpa, got {self.attn_implementation!r}")
         if self.backend not in ("hf", "vllm"):
             raise ConfigError(f"model.backend must be hf or vllm, got {self.backend!r}")
+        if self.device not in ("auto", "cpu", "cuda") and not (self.device.startswith("cuda:") and self.device[5:].isdigit()):
+            raise ConfigError(f"model.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.threads < 0 or self.max_batch_size < 0:
             raise ConfigError("model.threads and model.max_batch_size must be >= 0")
+
+
+def resolve_device(device: str) -> torch.device:
+    """The torch device a model.device setting names ('auto': the first GPU when torch sees one)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"model.device={device} but torch sees no CUDA device")
+    return torch.device(device)
 
 
 class HFPolicy(Policy):
@@ -120,7 +131,7 @@ class HFPolicy(Policy):
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=DTYPES[config.dtype], attn_implementation=config.attn_implementation
-        )
+        ).to(resolve_device(config.device))
         return cls(model, tokenizer, max_batch_size=config.max_batch_size, jump_forward=config.jump_forward)
 
     # ---- weights -------------------------------------------------------------------------
@@ -241,11 +252,7 @@ class HFPolicy(Policy):
             self._row_coef = None
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha256()
-        for name in sorted(self._master):
-            digest.update(name.encode())
-            digest.update(self._master[name].numpy().tobytes())
-        return digest.hexdigest()[:16]
+        return weights_fingerprint(self._master)
 
     def save(self, directory: str) -> None:
         """Save the fp32 master and the optimizer state (so a resumed run continues bit-exactly) with the tokenizer."""

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import shutil
 import tempfile
@@ -50,7 +49,15 @@ import torch
 
 from esopt.confutil import ConfigError, opt
 from esopt.es import LowRankNoise, Member, OptimizerState, Update, apply_update, perturb_tensor, tensors_moved
-from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master, read_optimizer_state, write_optimizer_state
+from esopt.policy.base import (
+    Chat,
+    Policy,
+    SamplingConfig,
+    copy_into_master,
+    read_optimizer_state,
+    weights_fingerprint,
+    write_optimizer_state,
+)
 from esopt.policy.lora import adapter_problem, engine_lora_rank, write_adapter
 from esopt.policy.models import resolve_model_path
 
@@ -104,15 +111,6 @@ def load_master(path: str | Path, dtype: torch.dtype) -> dict[str, torch.Tensor]
     master = {name: p.detach().to(torch.float32, copy=True) for name, p in model.named_parameters()}
     del model
     return master
-
-
-def weights_fingerprint(master: dict[str, torch.Tensor]) -> str:
-    """Same hash as HFPolicy.fingerprint."""
-    digest = hashlib.sha256()
-    for name in sorted(master):
-        digest.update(name.encode())
-        digest.update(master[name].detach().cpu().numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 class ESWorkerExtension:

@@ -64,7 +64,7 @@ class BaseSnapshot:
         for name in self.names:
             n = final[name].numel()
             part = self.flat[offset : offset + n]
-            part.sub_(final[name].detach().reshape(-1).to(torch.float32)).abs_()
+            part.sub_(final[name].detach().reshape(-1).to(device=part.device, dtype=torch.float32)).abs_()
             offset += n
         return magnitude_stats(self.flat.numpy(), sigma_0, sigma_final, overwrite=True)
 
