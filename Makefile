@@ -62,4 +62,5 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
-	HF_HUB_OFFLINE=1 $(VLLM_PY) -m pytest -q -m vllm tests/test_vllm.py
+	# Each engine starts inside its first test (minutes on a busy CPU): a longer per-test limit than make test's.
+	HF_HUB_OFFLINE=1 $(VLLM_PY) -m pytest -q -o timeout=1800 -m vllm tests/test_vllm.py

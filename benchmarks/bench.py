@@ -1,7 +1,7 @@
 """ES training vs pure inference on one workload: throughput, step time split and peak memory, side by side.
 
     python -m benchmarks.bench [--config configs/bench_decode.yaml] [--population 8] [--tasks 8] [--steps 1]
-                               [--rank 1] [--runs inference,es-full,es-table,es-lowrank,grpo,vllm]
+                               [--rank 1] [--runs inference,es-full,es-table,es-lowrank,grpo,vllm,es-vllm-lowrank]
                                [--vllm-python .venv-vllm/bin/python]
 
 Every run is its own child process (a process's peak RSS only grows, so runs sharing a process would
@@ -18,8 +18,13 @@ then does the same work on the same tasks (those the ES trainer draws for steps 
   es-lowrank  the same with low-rank noise (es.noise=lowrank, rank r): the G members population-batched
               into one rollout of G*N episodes over the shared base weights
   grpo        one GRPO step (rollouts + backprop + AdamW) on G*N episodes: memory only
-  vllm        inference on the vLLM backend (the fastest engine installed): run when --vllm-python
-              (default .venv-vllm/bin/python, built by `make test-vllm`) exists
+  vllm        inference on the vLLM backend (the fastest engine installed), G*N episodes per step in one
+              batch: run when --vllm-python (default .venv-vllm/bin/python, built by `make test-vllm`)
+              exists. The prefix cache is reset before each timed rollout: ES resets it after every
+              weight change, so inference must not get cache hits ES never gets
+  es-vllm-lowrank
+              low-rank ES on the vLLM backend: each member a LoRA adapter built from its seed, all G*N
+              episodes of a step in one generate call, the base weights updated once per step
 
 Throughput is generated tokens per second of wall-clock. The default workload fixes every reply at 64
 tokens (sampling.min_new_tokens), so every run does the same work; with free-length replies, members
@@ -39,8 +44,9 @@ import tempfile
 import time
 from pathlib import Path
 
-RUNS = ("inference", "inference-batched", "es-full", "es-table", "es-lowrank", "grpo", "vllm")
-ES_NOISE = {"es-full": "full", "es-table": "table", "es-lowrank": "lowrank"}
+RUNS = ("inference", "inference-batched", "es-full", "es-table", "es-lowrank", "grpo", "vllm", "es-vllm-lowrank")
+ES_NOISE = {"es-full": "full", "es-table": "table", "es-lowrank": "lowrank", "es-vllm-lowrank": "lowrank"}
+VLLM_RUNS = ("vllm", "es-vllm-lowrank")
 SPLIT = ("generate_s", "env_s", "perturb_s", "restore_s", "update_s")
 OVERHEAD = ("perturb_s", "restore_s", "update_s")
 MEMORY_ONLY = ("grpo",)
@@ -59,15 +65,25 @@ def _child(kind: str, args) -> dict:
     from esopt.envs import make_env
     from esopt.policy import load_policy
     from esopt.rollout import rollout
-    from esopt.train.es_trainer import step_work
+    from esopt.train.es_trainer import engine_model_config, step_work
     from esopt.train.logging import peak_rss_mb
 
     config = _config(args)
-    if kind == "vllm":
+    if kind in VLLM_RUNS:
+        import vllm  # noqa: F401  (its import belongs to the floor, not to the model)
+
         config.model.backend = "vllm"
+    if kind in ES_NOISE:
+        config.es.noise, config.es.rank, config.es.lowrank_vectors = ES_NOISE[kind], args.rank, "frozen"
+    floor = peak_rss_mb()  # interpreter and libraries: what every run of this kind pays before the model
     t = time.perf_counter()
-    policy = load_policy(config.model)
-    out: dict = {"kind": kind, "load_s": time.perf_counter() - t, "loaded_rss_mb": peak_rss_mb()}
+    policy = load_policy(engine_model_config(config))
+    out: dict = {"kind": kind, "load_s": time.perf_counter() - t, "floor_rss_mb": floor, "loaded_rss_mb": peak_rss_mb()}
+    gpu = _uses_cuda(policy)
+    if gpu:
+        import torch
+
+        out["loaded_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     env = make_env(config.env.name, config.env.options)
     warm_tasks, _ = step_work(config, env, 0)
     rollout(policy, env, warm_tasks, config.rollout)  # untimed: kernels and caches at the timed shapes
@@ -78,7 +94,9 @@ def _child(kind: str, args) -> dict:
         wall, cpu = time.perf_counter(), time.process_time()
         for step in range(config.steps):
             tasks, seed = step_work(config, env, step)
-            for batch in [tasks * g] if kind == "inference-batched" else [tasks] * g:
+            for batch in [tasks * g] if kind in ("inference-batched", "vllm") else [tasks] * g:
+                if kind == "vllm":
+                    policy.reset_prefix_cache()  # as after every ES weight change
                 result = rollout(policy, env, batch, config.rollout, seed=seed)
                 tokens += result.generated_tokens
                 episodes += len(result.trajectories)
@@ -90,7 +108,6 @@ def _child(kind: str, args) -> dict:
         from esopt.train.es_trainer import ESTrainer
         from esopt.train.logging import read_metrics
 
-        config.es.noise, config.es.rank, config.es.lowrank_vectors = ES_NOISE[kind], args.rank, "frozen"
         with tempfile.TemporaryDirectory() as runs:
             config.runs_dir, config.run_name = runs, kind
             cpu = time.process_time()
@@ -105,6 +122,7 @@ def _child(kind: str, args) -> dict:
             episodes=len(steps) * config.es.population * config.tasks_per_step,
             split={k: sum(r[f"time/{k}"] for r in steps) / seconds for k in SPLIT},
             fitness_mean=[r["train/fitness_mean"] for r in steps],
+            generate_calls=getattr(policy, "generate_calls", None),
         )
     elif kind == "grpo":
         from rich.console import Console
@@ -124,7 +142,15 @@ def _child(kind: str, args) -> dict:
             trainer.train_step(0)
             out.update(seconds=time.perf_counter() - t, episodes=grpo.tasks_per_step * grpo.group_size)
     out["peak_rss_mb"] = peak_rss_mb()
+    if gpu:
+        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return out
+
+
+def _uses_cuda(policy) -> bool:
+    """Whether the policy's model sits on a CUDA device (the HF backend; its peak GPU memory is then measured)."""
+    model = getattr(policy, "model", None)
+    return model is not None and getattr(model, "device", None) is not None and model.device.type == "cuda"
 
 
 def _run_child(kind: str, python: str, argv: list[str]) -> dict | None:
@@ -143,7 +169,7 @@ def _run_child(kind: str, python: str, argv: list[str]) -> dict | None:
 
 def _child_env(kind: str) -> dict:
     env = dict(os.environ)
-    if kind == "vllm":
+    if kind in VLLM_RUNS:
         env.setdefault("HF_HUB_OFFLINE", "1")
     return env
 
@@ -173,8 +199,8 @@ def _table(args, results: dict) -> tuple[list[str], dict]:
         f"Workload: {args.config}, G={args.population} members x N={args.tasks} tasks, {args.steps} step(s) "
         f"({args.population * args.tasks * args.steps} episodes per run); low-rank r={args.rank}; GRPO K={args.group_size}.",
         "",
-        "| run | episodes | generated tokens | seconds (median; range) | tokens/s | / inference | peak RSS (MB) | RSS / inference |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | episodes | generated tokens | seconds (median; range) | tokens/s | / inference | peak RSS (MB) | RSS / inference | peak - floor (MB) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     base_rss = results["inference"]["peak_rss_mb"] if "inference" in results else None
     for kind, r in results.items():
@@ -188,7 +214,8 @@ def _table(args, results: dict) -> tuple[list[str], dict]:
         low, high = r["seconds_range"]
         seconds = f"{r['seconds']:.1f}" + (f" ({low:.1f}-{high:.1f})" if r["repeats"] > 1 else "")
         cells = [kind, r.get("episodes", "-"), r.get("tokens", "-"), seconds, _fmt(tps, ".1f"),
-                 _fmt(over, ".2f"), f"{r['peak_rss_mb']:.0f}", _fmt(rss_over, ".2f")]
+                 _fmt(over, ".2f"), f"{r['peak_rss_mb']:.0f}", _fmt(rss_over, ".2f"),
+                 _fmt(r["peak_rss_mb"] - r["floor_rss_mb"] if "floor_rss_mb" in r else None, ".0f")]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     if rate("es-lowrank") and full:
         ratios["es-lowrank_over_es-full"] = rate("es-lowrank") / full
@@ -197,12 +224,31 @@ def _table(args, results: dict) -> tuple[list[str], dict]:
         ratios["es-lowrank_rss_over_inference-batched"] = (
             results["es-lowrank"]["peak_rss_mb"] / results["inference-batched"]["peak_rss_mb"]
         )
+    if rate("es-vllm-lowrank") and rate("vllm"):
+        ratios["es-vllm-lowrank_over_vllm"] = rate("es-vllm-lowrank") / rate("vllm")
+        ratios["es-vllm-lowrank_rss_over_vllm"] = results["es-vllm-lowrank"]["peak_rss_mb"] / results["vllm"]["peak_rss_mb"]
+    if rate("es-vllm-lowrank") and rate("es-lowrank"):
+        ratios["es-vllm-lowrank_over_es-lowrank"] = rate("es-vllm-lowrank") / rate("es-lowrank")
     if rate("es-table") and full:
         ratios["es-table_over_es-full"] = rate("es-table") / full
     if "grpo" in results:
         for kind in ES_NOISE:
             if kind in results:
                 ratios[f"grpo_rss_over_{kind}"] = results["grpo"]["peak_rss_mb"] / results[kind]["peak_rss_mb"]
+    if any("peak_gpu_mb" in r for r in results.values()):
+        lines += [
+            "",
+            "Peak GPU memory (torch.cuda.max_memory_allocated):",
+            "",
+            "| run | after load (MB) | peak (MB) | peak - after load (MB) |",
+            "|---|---|---|---|",
+        ]
+        for kind, r in results.items():
+            if "peak_gpu_mb" in r:
+                lines.append(f"| {kind} | {r['loaded_gpu_mb']:.0f} | {r['peak_gpu_mb']:.0f} | {r['peak_gpu_mb'] - r['loaded_gpu_mb']:.0f} |")
+        for kind in ES_NOISE:
+            if "peak_gpu_mb" in results.get(kind, {}) and "peak_gpu_mb" in results.get("grpo", {}):
+                ratios[f"grpo_gpu_over_{kind}"] = results["grpo"]["peak_gpu_mb"] / results[kind]["peak_gpu_mb"]
     splits = {k: r["split"] for k, r in results.items() if "split" in r}
     if splits:
         lines += [
@@ -246,9 +292,10 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(runs) - set(RUNS))
     if unknown:
         parser.error(f"unknown run(s) {unknown}; choose from {', '.join(RUNS)}")
-    if "vllm" in runs and not Path(args.vllm_python).exists():
-        print(f"[vllm] skipped: {args.vllm_python} not found (`make test-vllm` builds it)", flush=True)
-        runs.remove("vllm")
+    for kind in [k for k in runs if k in VLLM_RUNS]:
+        if not Path(args.vllm_python).exists():
+            print(f"[{kind}] skipped: {args.vllm_python} not found (`make test-vllm` builds it)", flush=True)
+            runs.remove(kind)
     # Round-robin repeats: this machine's speed drifts by ~10% over tens of seconds, and interleaving the
     # runs spreads that drift over all of them instead of charging it to whichever ran in a slow phase.
     repeats: dict[str, list[dict]] = {kind: [] for kind in runs}
@@ -257,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
         for kind in runs:
             if kind in failed or (round_ and kind in MEMORY_ONLY):
                 continue
-            result = _run_child(kind, args.vllm_python if kind == "vllm" else sys.executable, argv)
+            result = _run_child(kind, args.vllm_python if kind in VLLM_RUNS else sys.executable, argv)
             if result is None:
                 failed.append(kind)
             else:

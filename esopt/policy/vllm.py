@@ -260,9 +260,13 @@ class VLLMPolicy(Policy):
     def _rpc(self, method: str, *args) -> list:
         return self.llm.collective_rpc(method, args=args)
 
-    def _weights_changed(self) -> None:
+    def reset_prefix_cache(self) -> None:
+        """Drop the engine's cached KV blocks (they were computed with the weights of their time)."""
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
+
+    def _weights_changed(self) -> None:
+        self.reset_prefix_cache()
 
     def check_sync(self) -> None:
         """Raise if any worker's master differs from this process's (they must follow the same history)."""
