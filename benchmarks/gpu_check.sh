@@ -47,7 +47,7 @@ PY
 fi
 
 export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 ESOPT_TEST_DEVICE=$DEVICE
-if ls .whl/*.whl >/dev/null 2>&1; then
+if ! $PYTHON -c "import lmformatenforcer" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   SITE=$(mktemp -d)
   $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
   export PYTHONPATH=$PWD:$SITE
