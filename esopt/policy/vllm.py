@@ -162,10 +162,16 @@ class ESWorkerExtension:
         """The module names (last component) the engine can give a LoRA; empty when LoRA is off."""
         if self.vllm_config.lora_config is None:
             return []
-        from vllm.lora.utils import get_supported_lora_modules
+        from vllm.model_executor.layers.linear import LinearBase
 
         model = self.model_runner.get_model()
-        modules = set(get_supported_lora_modules(model))
+        # As vllm.lora.utils.get_supported_lora_modules, but on the wrapped model: a linear layer that
+        # already carries LoRA is named '<module>.base_layer'.
+        modules: set[str] = set()
+        for name, module in model.named_modules():
+            modules.update(getattr(module, "embedding_modules", None) or {})
+            if isinstance(module, LinearBase):
+                modules.add(name.removesuffix(".base_layer").rsplit(".", 1)[-1])
         # Checkpoint names: a fused module (qkv_proj) takes adapters for each of its parts (q_proj, ...).
         for packed, parts in getattr(model, "packed_modules_mapping", {}).items():
             if packed in modules:
