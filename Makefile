@@ -25,13 +25,13 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	$(VENV)/bin/esopt train --config configs/countdown_demo.yaml
+	$(VENV)/bin/esopt train --config countdown_demo
 
 test: setup
 	$(PY) -m pytest -q
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not model and not browser"
+	$(PY) -m pytest -q -m "not model and not browser and not slow"
 
 bench: setup
 	$(PY) -m benchmarks.bench

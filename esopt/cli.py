@@ -7,7 +7,9 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from esopt.confutil import ConfigError, leaf_fields, set_path
+from esopt.confutil import BUILTIN_CONFIGS, ConfigError, leaf_fields, set_path
+
+CONFIG_HELP = "YAML config: a built-in name (`esopt configs` lists them) or a path; flags override it"
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, cls: type, prefix: str, skip: tuple[str, ...] = ()) -> None:
@@ -61,7 +63,7 @@ def _train_parser(argv: list[str]) -> argparse.ArgumentParser:
     from esopt.train.config import TrainConfig, load_config
 
     parser = argparse.ArgumentParser(prog="esopt train", description="Fine-tune a model with evolution strategies.")
-    parser.add_argument("--config", help="YAML config (configs/*.yaml); flags override it")
+    parser.add_argument("--config", help=CONFIG_HELP)
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (its saved config is used)")
     config_file = None
     for i, arg in enumerate(argv):
@@ -70,7 +72,7 @@ def _train_parser(argv: list[str]) -> argparse.ArgumentParser:
         elif arg.startswith("--config="):
             config_file = arg.split("=", 1)[1]
     default_env = TrainConfig().env.name
-    if config_file and Path(config_file).is_file():
+    if config_file:
         try:
             default_env = load_config(config_file).env.name
         except ConfigError:
@@ -241,6 +243,21 @@ def cmd_envs(argv: list[str]) -> int:
     return 0
 
 
+def cmd_configs(argv: list[str]) -> int:
+    from esopt.confutil import builtin_configs
+
+    argparse.ArgumentParser(
+        prog="esopt configs", description="List the configs shipped with esopt (use one as --config NAME)."
+    ).parse_args(argv)
+    configs = builtin_configs()
+    for name, path in configs.items():
+        first = path.read_text().splitlines()[:1]
+        summary = first[0].lstrip("# ").strip() if first and first[0].startswith("#") else ""
+        print(f"{name:<20} {summary[:100]}")
+    print(f"({len(configs)} built-in configs, in {BUILTIN_CONFIGS}; e.g. esopt train --config sudoku_demo)")
+    return 0
+
+
 def cmd_ahd(argv: list[str]) -> int:
     from esopt.train.ahd import main
 
@@ -283,6 +300,7 @@ COMMANDS = {
     "eval": cmd_eval,
     "replay": cmd_replay,
     "envs": cmd_envs,
+    "configs": cmd_configs,
     "ahd": cmd_ahd,
     "grpo": cmd_grpo,
     "ppo": cmd_ppo,

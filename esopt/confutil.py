@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import pathlib
 import types
 import typing
 from typing import Any
@@ -135,17 +136,36 @@ def field_help(cls: type, name: str) -> str:
     raise KeyError(name)
 
 
-def load_yaml(cls: type, path) -> Any:
-    """Dataclass `cls` from a YAML file (None = all defaults); unknown keys and bad values are ConfigErrors."""
-    import pathlib
+BUILTIN_CONFIGS = pathlib.Path(__file__).parent / "configs"
+"""The YAML configs shipped inside the package (`esopt configs` lists them)."""
 
+
+def builtin_configs() -> dict[str, pathlib.Path]:
+    """Name (file stem) -> path of every config shipped with esopt."""
+    return {path.stem: path for path in sorted(BUILTIN_CONFIGS.glob("*.yaml"))}
+
+
+def resolve_config(spec: str | pathlib.Path) -> pathlib.Path:
+    """The YAML file `spec` names: an existing path as given, else a built-in config by name
+    ('sudoku_demo', 'sudoku_demo.yaml' or 'configs/sudoku_demo.yaml', the path inside a checkout), so
+    the shipped configs work from any directory once esopt is installed."""
+    path = pathlib.Path(spec)
+    if path.is_file():
+        return path
+    builtin = builtin_configs().get(path.name.removesuffix(".yaml"))
+    if builtin is not None and (path.parent == pathlib.Path(".") or path.parent.name == "configs"):
+        return builtin
+    raise ConfigError(f"config file not found: {spec} (built-in configs: {', '.join(builtin_configs())})")
+
+
+def load_yaml(cls: type, path) -> Any:
+    """Dataclass `cls` from a YAML file or built-in config name (None = all defaults); unknown keys and
+    bad values are ConfigErrors."""
     import yaml
 
     if path is None:
         return cls()
-    file = pathlib.Path(path)
-    if not file.is_file():
-        raise ConfigError(f"config file not found: {path}")
+    file = resolve_config(path)
     try:
         data = yaml.safe_load(file.read_text()) or {}
     except yaml.YAMLError as e:
