@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # CPU-only machines get the CPU build of torch (an unpinned torch pulls a multi-GB CUDA build).
 TORCH ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
-EXTRAS ?= dev,plots,envs,ray
+EXTRAS ?= dev,plots,envs,ray,tracking
 
 .PHONY: setup demo test test-fast bench learn clean
 

@@ -13,6 +13,7 @@ from esopt.envs import make_env
 from esopt.es import ESConfig
 from esopt.policy.hf import ModelConfig
 from esopt.rollout import RolloutConfig
+from esopt.train.logging import REPORT_TO_HELP, check_report_to
 
 
 @dataclass
@@ -92,8 +93,10 @@ class TrainConfig:
     trajectories_per_step: int = opt(2, "training episodes saved per step (from member 0), besides all eval episodes")
     runs_dir: str = opt("runs", "parent directory of run directories")
     run_name: str | None = opt(None, "run directory name (default: <env>__<method>__<seed>__<time>)")
+    report_to: str = opt("auto", REPORT_TO_HELP)
 
     def validate(self) -> None:
+        check_report_to(self.report_to)
         self.es.validate()
         self.dist.validate(self.es)
         for name in ("steps", "tasks_per_step", "eval_tasks"):

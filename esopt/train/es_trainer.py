@@ -16,7 +16,7 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from esopt.confutil import ConfigError
+from esopt.confutil import ConfigError, to_dict
 from esopt.dist import Evaluator, LocalEvaluator
 from esopt.dist.async_es import AsyncES
 from esopt.dist.replica import model_policy
@@ -287,7 +287,7 @@ class ESTrainer:
             self.metrics.log(step, values)
 
     def run(self) -> dict:
-        self.metrics = MetricsLogger(self.run_dir)
+        self.metrics = MetricsLogger(self.run_dir, self.config.report_to, to_dict(self.config))
         # The policy holds the base weights until _restore_progress moves it (also on resume), and the
         # report compares the final weights with them: a copy now is cheaper than loading the base again.
         self.base_weights = BaseSnapshot(self.policy.master_weights(), trained_names(self.strategy, self.policy.master_weights()))

@@ -42,7 +42,7 @@ from esopt.envs import env_class, make_env
 from esopt.es import derive_seed
 from esopt.policy.hf import HFPolicy, ModelConfig
 from esopt.rollout import RolloutConfig, Trajectory, rollout
-from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
+from esopt.train.logging import REPORT_TO_HELP, MetricsLogger, check_report_to, peak_rss_mb, read_metrics, write_trajectories
 from esopt.train.forgetting import probe
 from esopt.train.report import (
     eval_section, forgetting_section, heldout_comparison, plot_reward_curve, print_summary, summarize, time_section,
@@ -103,10 +103,12 @@ class PGConfig:
     trajectories_per_step: int = opt(2, "training episodes saved per step, besides all eval episodes")
     runs_dir: str = opt("runs", "parent directory of run directories")
     run_name: str | None = opt(None, "run directory name (default: <env>__<method>__<seed>__<time>)")
+    report_to: str = opt("auto", REPORT_TO_HELP)
 
     method = "pg"
 
     def validate(self) -> None:
+        check_report_to(self.report_to)
         self.optim.validate()
         if self.model.backend != "hf":
             raise ConfigError("GRPO/PPO backpropagate through the model: they need model.backend: hf")
@@ -576,6 +578,7 @@ class PGTrainer:
         n = max(1.0, stats.pop("tokens"))
         values = {f"train/{k}": v / n for k, v in stats.items()}
         values["train/grad_norm"] = mean(norms) if norms else 0.0
+        values["train/learning_rate"] = o.lr
         values["train/optimizer_steps"] = len(norms)
         return values
 
@@ -639,7 +642,7 @@ class PGTrainer:
 
         cfg = self.config
         started = time.perf_counter()
-        self.metrics = MetricsLogger(self.run_dir)
+        self.metrics = MetricsLogger(self.run_dir, cfg.report_to, to_dict(cfg))
         self.evaluate(0)
         self.log_probe(0)
         last_eval = 0
