@@ -240,6 +240,8 @@ def cmd_envs(argv: list[str]) -> int:
         print(f"{name}:")
         for path, _, help_text, default in leaf_fields(cls.Config):
             print(f"  --env.{path} (default {default!r}): {help_text}")
+        for line in cls.listing():
+            print(f"  {line}")
     return 0
 
 

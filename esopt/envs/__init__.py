@@ -12,6 +12,7 @@ _BUILTIN = {
     "math": "esopt.envs.math",
     "countdown": "esopt.envs.countdown",
     "docqa": "esopt.envs.docqa",
+    "reasoning_gym": "esopt.envs.rgym",
     "sudoku": "esopt.envs.sudoku",
     "web": "esopt.envs.web",
 }

@@ -97,6 +97,11 @@ class Env(abc.ABC):
         when the env defines none."""
         return None
 
+    @classmethod
+    def listing(cls) -> list[str]:
+        """Lines `esopt envs` prints under the env's options, e.g. the datasets it can run."""
+        return []
+
     def describe(self) -> dict:
         return {"name": self.name, **dataclasses.asdict(self.config)}
 
