@@ -322,6 +322,11 @@ class ReasoningGymEnv(Env):
         solved = sum(self.score(t, answer) >= self.config.success_threshold for t in tasks)
         return f"always {answer[:40]!r}", solved / len(tasks)
 
+    def oracle(self, task: Task):
+        """Answer with the dataset's reference answer (none for the few datasets that score any valid answer)."""
+        answer = task.data["answer"]
+        return None if answer is None else (lambda observation: f"<answer>{answer}</answer>")
+
     def start(self, task: Task) -> "ReasoningGymEpisode":
         return ReasoningGymEpisode(self, task)
 
