@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import pathlib
 import types
 import typing
@@ -134,6 +135,12 @@ def field_help(cls: type, name: str) -> str:
         if f.name == name:
             return f.metadata.get("help", "")
     raise KeyError(name)
+
+
+def cache_root() -> pathlib.Path:
+    """Where esopt keeps what it computes once (converted models, dataset catalogues, reference solutions);
+    override with ESOPT_CACHE."""
+    return pathlib.Path(os.environ.get("ESOPT_CACHE", pathlib.Path.home() / ".cache" / "esopt"))
 
 
 BUILTIN_CONFIGS = pathlib.Path(__file__).parent / "configs"

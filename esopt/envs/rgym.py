@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import ConfigError, cache_root, opt
 from esopt.envs import register_env
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.tools import hash_split, short_hash, stable_int
@@ -96,8 +96,7 @@ def probe(name: str, options: dict | None = None) -> str | None:
 
 
 def _catalogue_path() -> Path:
-    root = Path(os.environ.get("ESOPT_CACHE", Path.home() / ".cache" / "esopt"))
-    return root / "reasoning_gym" / f"catalogue-{_reasoning_gym().__version__}.json"
+    return cache_root() / "reasoning_gym" / f"catalogue-{_reasoning_gym().__version__}.json"
 
 
 def catalogue() -> dict[str, dict]:

