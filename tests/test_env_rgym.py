@@ -88,6 +88,8 @@ def test_mixture_follows_its_weights_and_splits_never_overlap():
     assert env.tasks("train", 80, 0) == split_tasks["train"] and env.tasks("train", 80, 1) != split_tasks["train"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # five short training runs: minutes on a busy machine
 def test_es_step_on_five_random_datasets_from_the_catalogue(tmp_path, tiny_train_config, make_tiny_policy):
     """One ES step on the tiny model for each of five datasets drawn at random (a new draw every run;
     ESOPT_RG_SEED=<seed> repeats one)."""

@@ -42,6 +42,7 @@ def _run(args, cwd, env):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a build, an install and a training run in subprocesses: minutes on a busy machine
 def test_wheel_installs_and_trains_by_config_name_outside_the_checkout(tmp_path):
     """Build the wheel, install it (no deps: they are this venv's) into a target directory, and from an
     empty directory list the configs and train one ES step on a tiny model by config name."""
@@ -68,7 +69,7 @@ def test_wheel_installs_and_trains_by_config_name_outside_the_checkout(tmp_path)
     _run(
         [esopt, "train", "--config", "sudoku_demo", "--model.path", str(model_dir), "--model.dtype", "float32",
          "--steps", "1", "--es.population", "2", "--tasks_per_step", "1", "--eval_tasks", "1", "--eval_every", "0",
-         "--runs_dir", "runs", "--run_name", "wheel"],
+         "--probe_tasks", "0", "--runs_dir", "runs", "--run_name", "wheel"],
         empty, env,
     )
     run_dir = empty / "runs" / "wheel"
