@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import time
 
 import pytest
 
@@ -50,7 +51,12 @@ def test_wandb_logs_offline_when_the_server_cannot_be_reached(tmp_path, monkeypa
     logger.close()
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
-    data = next(runs[0].glob("*.wandb")).read_bytes()
+    record = next(runs[0].glob("*.wandb"))
+    for _ in range(120):  # W&B's writer process may still be flushing the record file after finish()
+        if b"train/reward" in record.read_bytes():
+            break
+        time.sleep(0.5)
+    data = record.read_bytes()
     assert b"train/reward" in data and b"train/fitness_mean" not in data
 
 
