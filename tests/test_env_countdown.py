@@ -1,4 +1,5 @@
-"""countdown env: oracle, garbage, hand-checked rewards, splits, multi-turn calculator."""
+"""countdown env: oracle, garbage, hand-checked rewards, multi-turn calculator (the protocol every env
+follows is checked in test_env_contract.py)."""
 
 import pytest
 
@@ -81,7 +82,7 @@ def test_trivial_baseline_is_the_best_arithmetic_free_policy():
 
 
 def test_garbage_scores_zero(env, tasks):
-    for junk in ["", "   ", "I don't know", "calculator: 1+1", "answer:", "answer: abc", None, 5,
+    for junk in ["I don't know", "calculator: 1+1", "answer:", "answer: abc", None, 5,
                  "answer: __import__('os')", "answer: " + "(" * 500 + "1" + ")" * 500, "answer: 9**9**9**9"]:
         r = env.start(tasks[0]).step(junk)
         assert r.done and r.reward == 0.0 and r.info["success"] is False and r.info["invalid"]
@@ -110,13 +111,7 @@ def test_single_turn_tool_call_is_not_allowed(env, tasks):
     assert r.done and r.reward == 0.0
 
 
-def test_seeds_and_splits(env, tasks):
-    assert [t.data for t in make_env("countdown").tasks("train", 10, 0)] == [t.data for t in tasks]
-    assert [t.id for t in env.tasks("train", 10, 1)] != [t.id for t in tasks]
-    key = lambda t: (tuple(sorted(t.data["numbers"])), t.data["target"])  # noqa: E731
-    train = {key(t) for s in range(2) for t in env.tasks("train", 20, s)}
-    evals = {key(t) for s in range(2) for t in env.tasks("eval", 20, s)}
-    assert not (train & evals)
+def test_task_sizes(tasks):  # determinism and disjoint splits: test_env_contract.py
     for t in tasks:
         assert 3 <= len(t.data["numbers"]) <= 4 and 10 <= t.data["target"] <= 100
 

@@ -40,35 +40,17 @@ def test_tasks_cover_kinds_and_answers_are_spans(tasks):
         assert t.data["answers"][0] in page
 
 
-def test_seeds_and_splits(env, tasks):
-    assert [t.data for t in make_env("docqa").tasks("train", 40, 0)] == [t.data for t in tasks]
-    assert [t.id for t in env.tasks("train", 40, 1)] != [t.id for t in tasks]
-    train = {t.id for s in range(3) for t in env.tasks("train", 40, s)}
-    evals = {t.id for s in range(3) for t in env.tasks("eval", 40, s)}
-    assert not (train & evals)
-    assert len({t.id for t in tasks}) == len(tasks)
-
-
-def _oracle(env, task):
-    """search for the answer, read its page, answer with the exact span."""
-    ep = env.start(task)
-    gold = task.data["answers"][0]
-    out = [ep.step(f"search {gold}")]
-    assert f"p{task.data['answer_page']}:" in out[-1].observation or "more" in out[-1].observation
-    out.append(ep.step(f"read_page {task.data['answer_page']}"))
-    assert gold in out[-1].observation
-    out.append(ep.step(f"answer: {gold}"))
-    return out
-
-
-def test_oracle_reaches_reward_1(env, tasks):
+def test_search_and_read_lead_to_the_answer(env, tasks):
+    """search finds the answer's page and read_page shows it; the exact span then scores 1 on both metrics
+    (determinism, splits and the oracle reaching reward 1: test_env_contract.py)."""
     for t in tasks[:10]:
-        out = _oracle(env, t)
-        last = out[-1]
-        assert last.done and last.reward == 1.0 and last.info["success"] is True
-        assert last.info["anls"] == 1.0 and last.info["exact"] == 1.0
-        assert sum(r.reward for r in out) == 1.0
-        assert not any(r.info["invalid"] for r in out)
+        ep = env.start(t)
+        gold = t.data["answers"][0]
+        found = ep.step(f"search {gold}").observation
+        assert f"p{t.data['answer_page']}:" in found or "more" in found
+        assert gold in ep.step(f"read_page {t.data['answer_page']}").observation
+        last = ep.step(f"answer: {gold}")
+        assert last.done and last.reward == 1.0 and last.info["anls"] == 1.0 and last.info["exact"] == 1.0
 
 
 def test_tools_output(env, tasks):

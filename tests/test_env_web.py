@@ -63,12 +63,10 @@ def test_registered():
         make_env("web", {"site_url": "ftp://x"})
 
 
-def test_tasks_reproducible_and_disjoint():
+def test_tasks_are_prefix_stable_and_split_by_site():  # the protocol itself: test_env_contract.py
     e = make_env("web", {})
     a = e.tasks("train", 24, seed=3)
-    assert a == e.tasks("train", 24, seed=3)
     assert a[:10] == e.tasks("train", 10, seed=3)
-    assert a != e.tasks("train", 24, seed=4)
     train = e.tasks("train", 80, 0) + e.tasks("train", 80, 1)
     evals = e.tasks("eval", 80, 0) + e.tasks("eval", 80, 1)
     assert not {t.id for t in train} & {t.id for t in evals}
@@ -77,9 +75,6 @@ def test_tasks_reproducible_and_disjoint():
     assert all(site_split(t.data["site_seed"]) == "eval" for t in evals)
     assert {t.data["category"] for t in a} == {"shop", "forum", "admin"}
     assert {t.data["evaluator"] for t in a} == {"exact_match", "must_include", "url_match", "program"}
-    json.dumps([t.data for t in a])  # JSON-serialisable
-    with pytest.raises(ValueError):
-        e.tasks("test", 1, 0)
 
 
 def test_category_filter_and_site_determinism():

@@ -82,19 +82,12 @@ def test_generate_puzzle_direct():
         assert p.count(".") == 40 and solve(p, limit=2) == [s]
 
 
-def test_tasks_deterministic_and_prefix_stable():
+def test_tasks_are_prefix_stable():  # determinism per seed and the rest of the protocol: test_env_contract.py
     env = make(4, 3)
-    a = env.tasks("train", 20, 7)
-    assert a == env.tasks("train", 20, 7)
-    assert a == make(4, 3).tasks("train", 20, 7)
-    assert env.tasks("train", 5, 7) == a[:5]
-    assert env.tasks("train", 20, 8) != a
-    assert env.tasks("train", 0, 7) == []
-    assert all(isinstance(t.data["puzzle"], str) for t in a)
-    json.dumps([t.data for t in a])  # serialisable
+    assert env.tasks("train", 5, 7) == env.tasks("train", 20, 7)[:5]
 
 
-def test_splits_disjoint_and_no_duplicates():
+def test_splits_disjoint_and_no_duplicates_at_scale():
     env = make(4, 4)
     train = env.tasks("train", 300, 0)
     ev = env.tasks("eval", 150, 0)
@@ -111,14 +104,6 @@ def test_no_duplicates_in_small_pool():
     env = make(4, 1)
     ts = env.tasks("eval", 60, 3)
     assert len({t.id for t in ts}) == 60
-
-
-def test_bad_split_and_n():
-    env = make()
-    with pytest.raises(ValueError):
-        env.tasks("test", 3, 0)
-    with pytest.raises(ValueError):
-        env.tasks("train", -1, 0)
 
 
 # -- config --------------------------------------------------------------------------------------

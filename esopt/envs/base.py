@@ -12,7 +12,7 @@ import abc
 import hashlib
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 SPLITS = ("train", "val", "eval")
 """train: what ES trains on; val: where settings are chosen; eval: held out for reporting only."""
@@ -101,6 +101,11 @@ class Env(abc.ABC):
     def listing(cls) -> list[str]:
         """Lines `esopt envs` prints under the env's options, e.g. the datasets it can run."""
         return []
+
+    def oracle(self, task: Task) -> Callable[[str], str] | None:
+        """A reference policy for `task` (observation -> action) that solves it, or None when the env has
+        none. It shows every task is solvable: the env contract test runs it on every registered env."""
+        return None
 
     def describe(self) -> dict:
         return {"name": self.name, **dataclasses.asdict(self.config)}

@@ -29,7 +29,6 @@ import re
 from dataclasses import dataclass
 
 from esopt.confutil import ConfigError, opt
-from esopt.envs import register_env
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.metrics import anls, exact_match
 from esopt.envs.tools import ANSWER, TOOL, hash_split, parse_action, short_hash, stable_int, truncate
@@ -521,7 +520,6 @@ class DocQAConfig:
             raise ConfigError(f"docqa.show_first_page must be true or false, got {self.show_first_page!r}")
 
 
-@register_env
 class DocQAEnv(Env):
     """Answer a question about a generated multi-page document using page tools."""
 
@@ -583,6 +581,12 @@ class DocQAEnv(Env):
                 },
             ))
         return out
+
+    def oracle(self, task: Task):
+        """Read the page that holds the answer (when there are turns for it), then answer with its span."""
+        reading = [f"read_page {task.data['answer_page']}"] if self.max_turns > 1 else []
+        actions = iter([*reading, f"answer: {task.data['answers'][0]}"])
+        return lambda observation: next(actions)
 
     def start(self, task: Task) -> "DocQAEpisode":
         return DocQAEpisode(self, task)

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from esopt.confutil import ConfigError, cache_root, opt
-from esopt.envs import register_env
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.tools import hash_split, short_hash, stable_int
 
@@ -198,7 +197,6 @@ class ReasoningGymConfig:
         return _parse_mixture(self.datasets) if self.datasets else {str(self.dataset): 1.0}
 
 
-@register_env
 class ReasoningGymEnv(Env):
     """reasoning-gym datasets (one or a weighted mixture), their own prompts and scorers; optional retries."""
 

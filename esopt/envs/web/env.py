@@ -10,10 +10,10 @@ import weakref
 from dataclasses import dataclass
 
 from esopt.confutil import ConfigError, opt
-from esopt.envs import register_env
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.web.actions import ACTION_REGEX, USAGE, Action, parse_action
 from esopt.envs.web.browser import ID_ATTR, Browser, read_page, window, window_before
+from esopt.envs.web.oracle import Oracle
 from esopt.envs.web.evaluators import program_check, program_html, string_match, url_match
 from esopt.envs.web.site import SESSION_COOKIE, SiteServer, SiteState, generate_site
 from esopt.envs.web.tasks import TEMPLATES, builtin_tasks, load_task_file, template_category
@@ -117,7 +117,6 @@ class _Resources:
             self.server = None
 
 
-@register_env
 class WebEnv(Env):
     """Web tasks (shop, forum, admin) solved through headless Chromium; reward 1 if the evaluator passes."""
 
@@ -178,6 +177,11 @@ class WebEnv(Env):
             raise ConfigError(f"web.task_file {self.config.task_file!r} has no {split} tasks")
         order = random.Random(f"esopt-web-file|{split}|{seed}").sample(pool, len(pool))
         return [order[i % len(order)] for i in range(n)]  # repeats once the pool is exhausted
+
+    def oracle(self, task: Task):
+        """The reference plan of a built-in task, followed by reading the observations (see oracle.py);
+        tasks from a task file have none."""
+        return Oracle(task) if task.data.get("source") == "builtin" else None
 
     def start(self, task: Task) -> "WebEpisode":
         ep = WebEpisode(self, task)
