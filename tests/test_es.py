@@ -315,14 +315,6 @@ def test_perturb_tensor_fp32_and_bf16():
     assert torch.equal(out, base)
 
 
-def test_update_direction_matches_sum():
-    up = Update(0, [11, 12, 13], [0.5, 0.0, -2.0], 1.0, 1e-3, [0.0, 0.0, 0.0], {})
-    d = update_direction(up, "w", (40,))
-    expected = 0.5 * tensor_noise(11, "w", (40,)) - 2.0 * tensor_noise(13, "w", (40,))
-    torch.testing.assert_close(d, expected)
-    assert d.dtype == torch.float32
-
-
 def test_zero_update_is_bit_identical():
     st = make_strategy(ESConfig(population=4), total_steps=5, run_seed=0)
     ms = st.ask(0)

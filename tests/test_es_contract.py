@@ -88,12 +88,15 @@ def test_history_replays_bit_exactly(noise, strategy, tmp_path, quadratic_es_run
 def test_direction_is_the_coefficient_weighted_sum_of_samples(noise):
     spec = make_strategy(_config(noise, "vanilla-es"), 1, 0).noise
     terms = [(11, 0.5), (12, -2.0), (13, 0.0), (14, 1.25)]
+    update = Update(0, [s for s, _ in terms], [c for _, c in terms], 1.0, 0.1, [0.0] * 4, noise=spec)
     for name, shape in SHAPES:
+        direction = update_direction(update, name, shape)
+        assert direction.dtype == torch.float32 and direction.shape == shape
         if not spec.perturbs(shape):
-            assert torch.equal(update_direction(Update(0, [s for s, _ in terms], [c for _, c in terms], 1.0, 0.1, [0.0] * 4,
-                                                       noise=spec), name, shape), torch.zeros(shape))
+            assert torch.equal(direction, torch.zeros(shape))
             continue
         expected = sum(c * spec.sample(s, name, shape).double() for s, c in terms)
+        torch.testing.assert_close(direction.double(), expected, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(spec.direction(terms, name, shape).double(), expected, rtol=1e-5, atol=1e-5)
         samples = torch.stack([spec.sample(seed, name, shape) for seed in range(300)])
         assert abs(samples.mean().item()) < 0.05 and abs(samples.var(dim=0).mean().item() - 1.0) < 0.15  # unit variance
