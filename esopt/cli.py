@@ -228,16 +228,16 @@ def cmd_replay(argv: list[str]) -> int:
 
 # ---- envs ----------------------------------------------------------------------------------------
 def cmd_envs(argv: list[str]) -> int:
-    from esopt.envs import env_class, env_names
+    from esopt.envs import BUILTIN_ENVS, env_class, env_names, env_origin
 
     argparse.ArgumentParser(prog="esopt envs", description="List environments and their options.").parse_args(argv)
     for name in env_names():
         try:
             cls = env_class(name)
-        except Exception as e:  # an env whose optional dependency is missing
+        except ConfigError as e:  # a missing optional dependency, a broken plugin: one line, the others still listed
             print(f"{name}: unavailable ({e})")
             continue
-        print(f"{name}:")
+        print(f"{name}:" + ("" if name in BUILTIN_ENVS else f" {env_origin(name)}"))
         for path, _, help_text, default in leaf_fields(cls.Config):
             print(f"  --env.{path} (default {default!r}): {help_text}")
         for line in cls.listing():

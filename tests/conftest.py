@@ -12,6 +12,16 @@ TEST_DEVICE = os.environ.get("ESOPT_TEST_DEVICE", "cpu")
 """Where the tiny policies of the unit tests run (benchmarks/gpu_check.sh sets cuda)."""
 
 
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The tiny random Llama saved as a Hugging Face model directory, for `--model.path` in CLI runs."""
+    model, tokenizer = tiny_llama(seed=0)
+    directory = tmp_path_factory.mktemp("tiny-model")
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
 @pytest.fixture
 def make_tiny_policy():
     """Factory for a tiny random-initialised Llama policy (same seed -> identical weights) on TEST_DEVICE."""

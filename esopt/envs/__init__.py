@@ -13,7 +13,7 @@ plugin that fails to import breaks only itself.
 
 from __future__ import annotations
 
-import importlib
+import warnings
 from importlib.metadata import EntryPoint, entry_points
 
 from esopt.confutil import ConfigError, from_dict
@@ -31,11 +31,14 @@ BUILTIN_ENVS = {
 
 
 def _plugins() -> dict[str, EntryPoint]:
-    """name -> entry point of every installed plugin env; a plugin never shadows a built-in env."""
+    """name -> entry point of every installed plugin env. A plugin never replaces a built-in env, and of
+    two plugins with one name the first found wins; either way a warning names the one ignored."""
     found: dict[str, EntryPoint] = {}
     for point in entry_points(group=PLUGIN_GROUP):
-        if point.name not in BUILTIN_ENVS:
-            found.setdefault(point.name, point)
+        if point.name in BUILTIN_ENVS or point.name in found:
+            warnings.warn(f"ignoring {_origin(point)}: an env named {point.name!r} already exists", stacklevel=2)
+        else:
+            found[point.name] = point
     return found
 
 
@@ -49,20 +52,30 @@ def _origin(point: EntryPoint) -> str:
     return f"plugin {point.name!r} ({point.value}" + (f", from package {dist.name}" if dist is not None else "") + ")"
 
 
+def _lookup(name: str) -> tuple[EntryPoint | None, str]:
+    """(what to load for env `name`, where it comes from, for messages); None when nothing has that name."""
+    if name in BUILTIN_ENVS:
+        return EntryPoint(name, BUILTIN_ENVS[name], PLUGIN_GROUP), f"built-in env {name!r}"
+    plugins = _plugins()
+    if name in plugins:
+        return plugins[name], _origin(plugins[name])
+    if ":" in name:
+        return EntryPoint(name, name, PLUGIN_GROUP), f"env reference {name!r}"
+    return None, f"unknown env {name!r}"
+
+
+def env_origin(name: str) -> str:
+    """Where env `name` comes from, e.g. "built-in env 'sudoku'" or "plugin 'x' (mod:Cls, from package p)"."""
+    return _lookup(name)[1]
+
+
 def env_class(name: str) -> type[Env]:
     """The Env subclass registered as `name`, or named by a "module:Class" reference. Any failure is a
     one-line ConfigError naming the env and where it came from."""
     if not isinstance(name, str) or not name:
         raise ConfigError(f"env name must be a non-empty string, got {name!r}")
-    plugins = _plugins()
-    if name in BUILTIN_ENVS:
-        point, origin = EntryPoint(name, BUILTIN_ENVS[name], PLUGIN_GROUP), f"built-in env {name!r}"
-    elif name in plugins:
-        point = plugins[name]
-        origin = _origin(point)
-    elif ":" in name:
-        point, origin = EntryPoint(name, name, PLUGIN_GROUP), f"env reference {name!r}"
-    else:
+    point, origin = _lookup(name)
+    if point is None:
         raise ConfigError(
             f"unknown env {name!r}; available: {', '.join(env_names())} (or a module:Class reference)"
         )
@@ -86,4 +99,4 @@ def make_env(name: str, options: dict | None = None) -> Env:
     return cls(config)
 
 
-__all__ = ["Env", "Episode", "StepResult", "Task", "BUILTIN_ENVS", "PLUGIN_GROUP", "make_env", "env_class", "env_names"]
+__all__ = ["Env", "Episode", "StepResult", "Task", "BUILTIN_ENVS", "PLUGIN_GROUP", "make_env", "env_class", "env_names", "env_origin"]
