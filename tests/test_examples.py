@@ -50,7 +50,7 @@ def test_python_api_trains_and_reports(tiny_model_dir, tmp_path):
 
 def test_custom_env_trains_from_the_cli_by_reference(tiny_model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(EXAMPLES))  # as `PYTHONPATH=examples` in the example's docstring
-    args = ["train", "--env", "custom_env:GuessEnv", "--env.span", "8", "--model.path", str(tiny_model_dir),
+    args = ["train", "--env", "custom_env:GuessEnv", "--env.span", "8", "--env.max_turns", "2", "--model.path", str(tiny_model_dir),
             "--steps", "1", "--tasks_per_step", "2", "--eval_tasks", "2", "--es.population", "2",
             "--runs_dir", str(tmp_path), "--run_name", "guess"]
     assert cli(args) == 0, capsys.readouterr().err
