@@ -8,6 +8,7 @@ import runpy
 from pathlib import Path
 
 import pytest
+import yaml
 
 from esopt.cli import main as cli
 from esopt.es import read_history
@@ -54,8 +55,8 @@ def test_custom_env_trains_from_the_cli_by_reference(tiny_model_dir, tmp_path, m
             "--steps", "1", "--tasks_per_step", "2", "--eval_tasks", "2", "--es.population", "2",
             "--runs_dir", str(tmp_path), "--run_name", "guess"]
     assert cli(args) == 0, capsys.readouterr().err
-    config = (tmp_path / "guess" / "config.yaml").read_text()
-    assert "custom_env:GuessEnv" in config and "span: 8" in config
+    env = yaml.safe_load((tmp_path / "guess" / "config.yaml").read_text())["env"]
+    assert env["name"] == "custom_env:GuessEnv" and int(env["options"]["span"]) == 8
     assert len(read_history(tmp_path / "guess" / "history.jsonl")) == 1
     episode = json.loads(next((tmp_path / "guess" / "trajectories").glob("*.jsonl")).read_text().splitlines()[0])
     assert "The secret is between" in json.dumps(episode)
