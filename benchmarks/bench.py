@@ -127,8 +127,8 @@ def _child(kind: str, args) -> dict:
     elif kind == "grpo":
         from rich.console import Console
 
-        from esopt.train.grpo import GRPOConfig, GRPOTrainer
-        from esopt.train.pg_common import load_pg_config
+        from esopt.baselines.grpo import GRPOConfig, GRPOTrainer
+        from esopt.baselines.pg_common import load_pg_config
 
         grpo = load_pg_config(GRPOConfig, args.grpo_config)
         grpo.model, grpo.env, grpo.rollout = config.model, config.env, config.rollout

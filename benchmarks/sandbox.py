@@ -17,7 +17,7 @@ import dataclasses
 import statistics
 import time
 
-from esopt.envs.ahd import get_task
+from esopt.ahd.tasks import get_task
 from esopt.sandbox import Limits, require_isolation, run_script
 
 ISOLATIONS = ("python", "bwrap")

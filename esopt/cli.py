@@ -261,32 +261,32 @@ def cmd_configs(argv: list[str]) -> int:
 
 
 def cmd_ahd(argv: list[str]) -> int:
-    from esopt.train.ahd import main
+    from esopt.ahd.loops import main
 
     return main(argv)
 
 
 # ---- gradient baselines and the comparison (thin wrappers) ---------------------------------------
 def cmd_grpo(argv: list[str]) -> int:
-    from esopt.train.grpo import main
+    from esopt.baselines.grpo import main
 
     return main(argv)
 
 
 def cmd_ppo(argv: list[str]) -> int:
-    from esopt.train.ppo import main
+    from esopt.baselines.ppo import main
 
     return main(argv)
 
 
 def cmd_compare(argv: list[str]) -> int:
-    from esopt.train.compare import main
+    from esopt.experiments.compare import main
 
     return main(argv)
 
 
 def cmd_skill(argv: list[str]) -> int:
-    from esopt.train.skill import main
+    from esopt.experiments.skill import main
 
     return main(argv)
 

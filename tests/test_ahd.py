@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from esopt.envs.ahd import AHD_TASKS, get_task, task_names
-from esopt.envs.ahd.aco import AcoBinPacking, AcoCVRP, AcoTSP
-from esopt.envs.ahd.admissible import greedy_admissible, is_admissible, lexicographic_vectors
-from esopt.envs.ahd.admissible_task import AdmissibleSet
-from esopt.envs.ahd.constructive import Knapsack, TSPConstructive, knapsack_exact, tour_length
+from esopt.ahd.tasks import AHD_TASKS, get_task, task_names
+from esopt.ahd.tasks.aco import AcoBinPacking, AcoCVRP, AcoTSP
+from esopt.ahd.tasks.admissible import greedy_admissible, is_admissible, lexicographic_vectors
+from esopt.ahd.tasks.admissible_task import AdmissibleSet
+from esopt.ahd.tasks.constructive import Knapsack, TSPConstructive, knapsack_exact, tour_length
 from esopt.sandbox import Limits
 
 NN = """

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from esopt.envs.ahd import get_task
-from esopt.envs.ahd import admissible_sym as S
-from esopt.envs.ahd.admissible import is_admissible, lexicographic_vectors
-from esopt.envs.ahd.admissible_task import AdmissibleSet
+from esopt.ahd.tasks import get_task
+from esopt.ahd.tasks import admissible_sym as S
+from esopt.ahd.tasks.admissible import is_admissible, lexicographic_vectors
+from esopt.ahd.tasks.admissible_task import AdmissibleSet
 
 
 def _slow_greedy(groups, w, pr):

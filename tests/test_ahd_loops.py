@@ -12,10 +12,10 @@ from collections import Counter
 import pytest
 
 from esopt.confutil import ConfigError
-from esopt.envs.ahd import get_task
+from esopt.ahd.tasks import get_task
 from esopt.es import read_history
 from esopt.policy.base import Policy
-from esopt.train.ahd import (
+from esopt.ahd.loops import (
     AHDConfig,
     Candidate,
     EoHConfig,
@@ -25,7 +25,7 @@ from esopt.train.ahd import (
     main,
     run_ahd,
 )
-from esopt.train.ahd_prompts import (
+from esopt.ahd.prompts import (
     ExtractionError,
     Parent,
     extract_code,
@@ -35,7 +35,7 @@ from esopt.train.ahd_prompts import (
     rank_weights,
     select_parents,
 )
-from esopt.train.ahd_report import compare_runs, gap_ratio_gain, load_run
+from esopt.ahd.report import compare_runs, gap_ratio_gain, load_run
 
 NN = '''import numpy as np
 
@@ -309,7 +309,7 @@ def test_coevolution_with_tiny_model_updates_weights_and_survives_garbage(tmp_pa
 
 
 def test_coevolution_with_tiny_model_moves_weights_when_fitness_differs(tmp_path, make_tiny_policy, monkeypatch):
-    import esopt.train.ahd as ahd
+    import esopt.ahd.loops as ahd
 
     policy = make_tiny_policy()
     before = policy.fingerprint()

@@ -9,9 +9,9 @@ from rich.console import Console
 from esopt.confutil import opt
 from esopt.envs.base import Env, Episode, StepResult, Task
 from esopt.rollout import RolloutConfig, rollout
-from esopt.train.grpo import GRPOConfig, GRPOTrainer
-from esopt.train.pg_common import GrammarMasks, Sample, build_samples, gae, group_advantages, token_forward
-from esopt.train.ppo import PPOConfig, PPOTrainer
+from esopt.baselines.grpo import GRPOConfig, GRPOTrainer
+from esopt.baselines.pg_common import GrammarMasks, Sample, build_samples, gae, group_advantages, token_forward
+from esopt.baselines.ppo import PPOConfig, PPOTrainer
 
 
 # ---- a tiny deterministic env: one turn, reward 1 iff the reply starts with "a" --------------------
@@ -60,7 +60,7 @@ class PickEpisode(Episode):
 
 @pytest.fixture
 def pick_env(monkeypatch):
-    import esopt.train.pg_common as common
+    import esopt.baselines.pg_common as common
 
     def make(name, options=None):
         if name == "pick":
@@ -349,7 +349,7 @@ def test_ppo_value_head_learns_at_its_own_rate(tmp_path, make_tiny_policy, pick_
 def test_compare_matches_the_episode_budget_and_writes_a_report(tmp_path):
     import json
 
-    from esopt.train.compare import CompareConfig, MethodRun, method_summary, write_compare_report
+    from esopt.experiments.compare import CompareConfig, MethodRun, method_summary, write_compare_report
 
     config = CompareConfig(budget_episodes=200, eval_points=2)
     config.env.options = {"size": 4, "empty_cells": 1, "grammar": "legal"}

@@ -225,7 +225,7 @@ def _sudoku_setup():
 
 
 def test_batched_rollout_fitness_equals_sequential(make_tiny_policy):
-    from esopt.dist.local import LocalEvaluator
+    from esopt.population.local import LocalEvaluator
 
     env, tasks, config = _sudoku_setup()
     policy = make_tiny_policy()
@@ -250,7 +250,7 @@ def test_batched_rollout_fitness_equals_sequential(make_tiny_policy):
 def test_trainer_runs_lowrank_and_replays(tmp_path, make_tiny_policy, monkeypatch, tiny_train_config):
     from rich.console import Console
 
-    from esopt.dist.local import LocalEvaluator
+    from esopt.population.local import LocalEvaluator
 
     from esopt.train.es_trainer import ESTrainer
 

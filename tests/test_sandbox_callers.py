@@ -11,9 +11,9 @@ import pytest
 
 from esopt.confutil import ConfigError
 from esopt.envs import make_env
-from esopt.envs.ahd import get_task
+from esopt.ahd.tasks import get_task
 from esopt.sandbox import Limits
-from esopt.train.ahd import AHDConfig, run_ahd
+from esopt.ahd.loops import AHDConfig, run_ahd
 from test_ahd_loops import NN, ScriptedPolicy
 
 NO_BWRAP_ENV = {"PATH": "/nonexistent", "HOME": tempfile.gettempdir()}

@@ -12,7 +12,7 @@ from esopt.rollout import RolloutConfig, rollout
 from esopt.skills import Edit, Patch, Skill, SkillError, SkillLimits, apply_patch, hierarchical_merge, merge
 from esopt.skills.analyst import Rejection, ScriptedAnalyst, parse_reply, reply_regex
 from esopt.skills.distill import DistillConfig, distill, read_log
-from esopt.train.skill import CONDITIONS, SkillExperiment, SkillRunConfig, report
+from esopt.experiments.skill import CONDITIONS, SkillExperiment, SkillRunConfig, report
 
 BASE = """<!-- esopt-skill v2 -->
 # Skill: demo

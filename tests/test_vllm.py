@@ -254,7 +254,7 @@ def test_adapter_logits_equal_materialised_perturbed_weights(lora_policy, hf_pol
 
 @pytest.mark.vllm
 def test_population_step_is_one_generate_call_and_update_equals_hf(lora_policy, hf_policy):
-    from esopt.dist import LocalEvaluator
+    from esopt.population import LocalEvaluator
     from esopt.envs import make_env
     from esopt.rollout import RolloutConfig
 

@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from esopt.confutil import ConfigError, to_dict
-from esopt.dist import Evaluator, LocalEvaluator
-from esopt.dist.async_es import AsyncES
-from esopt.dist.replica import model_policy
+from esopt.population import Evaluator, LocalEvaluator
+from esopt.population.async_es import AsyncES
+from esopt.population.replica import model_policy
 from esopt.envs import make_env
 from esopt.es import HistoryWriter, derive_seed, make_strategy, read_history
 from esopt.policy.base import Policy
@@ -133,7 +133,7 @@ class ESTrainer:
         dist = self.config.dist
         if dist.workers == 0:
             return LocalEvaluator(self.policy, self.env)
-        from esopt.dist.ray_evaluator import RayEvaluator
+        from esopt.population.ray_evaluator import RayEvaluator
 
         checkpoint, base_version, updates = self._restore_point
         evaluator = RayEvaluator(

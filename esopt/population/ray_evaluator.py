@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from esopt.confutil import ConfigError
-from esopt.dist.base import Evaluator, MemberResult
-from esopt.dist.replica import PolicyFactory, Replica
+from esopt.population.base import Evaluator, MemberResult
+from esopt.population.replica import PolicyFactory, Replica
 from esopt.envs.base import Task
 from esopt.es import Member, Update
 from esopt.policy.base import Policy

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from esopt.envs.ahd.base import AHDTask, CandidateError, task_rng
+from esopt.ahd.tasks.base import AHDTask, CandidateError, task_rng
 from esopt.sandbox import Limits
 
 
@@ -63,7 +63,7 @@ def select_next_node(current_node, destination_node, unvisited_nodes, distance_m
 
 class TSPConstructive(AHDTask):
     sense = "min"
-    entry = "esopt.envs.ahd.driver:tsp_construct"
+    entry = "esopt.ahd.tasks.driver:tsp_construct"
     function_name = "select_next_node"
     signature = TSP_SIGNATURE
     greedy_code = TSP_GREEDY
@@ -165,7 +165,7 @@ def knapsack_exact(weights: np.ndarray, values: np.ndarray, capacity: float) -> 
 
 class Knapsack(AHDTask):
     sense = "max"
-    entry = "esopt.envs.ahd.driver:knapsack_construct"
+    entry = "esopt.ahd.tasks.driver:knapsack_construct"
     function_name = "select_next_item"
     signature = KNAPSACK_SIGNATURE
     greedy_code = KNAPSACK_GREEDY

@@ -16,7 +16,7 @@ import torch
 
 from esopt.confutil import ConfigError, opt
 from esopt.rollout import Trajectory
-from esopt.train.pg_common import PGConfig, PGTrainer, Sample, cli_main, group_advantages
+from esopt.baselines.pg_common import PGConfig, PGTrainer, Sample, cli_main, group_advantages
 
 
 @dataclass

@@ -14,8 +14,8 @@ from typing import Callable
 
 import torch
 
-from esopt.dist.base import MemberResult
-from esopt.dist.local import evaluate_member
+from esopt.population.base import MemberResult
+from esopt.population.local import evaluate_member
 from esopt.envs import make_env
 from esopt.envs.base import Task
 from esopt.es import Member, Update

@@ -17,7 +17,7 @@ import torch
 
 from esopt.confutil import ConfigError, opt
 from esopt.rollout import Trajectory
-from esopt.train.pg_common import PGConfig, PGTrainer, Sample, cli_main, gae
+from esopt.baselines.pg_common import PGConfig, PGTrainer, Sample, cli_main, gae
 
 
 @dataclass

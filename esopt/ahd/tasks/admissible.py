@@ -19,7 +19,7 @@ Sizes: (15,10) has C(15,10)*2^10 = 3,075,072 candidates (~10-20 s of greedy
 plus the priority calls). (21,15) has C(21,15)*2^15 = 1.78e9 candidates: the
 plain enumeration is infeasible (memory and ~hours of Python calls), so this
 module refuses it; the task `admissible_21_15` uses FunSearch's symmetric
-(pre-admissible 7-tuple) formulation instead, in `esopt.envs.ahd.admissible_sym`.
+(pre-admissible 7-tuple) formulation instead, in `esopt.ahd.tasks.admissible_sym`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ ADMISSIBLE_21_15_NOTE = (
     "A(21,15) has 1.78e9 weight-15 candidates; enumerating them and calling priority() on each "
     "needs >10 GB and hours, so the plain evaluator refuses it (max 2e7 candidates). "
     "Use the symmetric formulation instead: task admissible_21_15 "
-    "(esopt.envs.ahd.admissible_sym.AdmissibleSetSymmetric, 68,768 pre-admissible 7-tuples). "
+    "(esopt.ahd.tasks.admissible_sym.AdmissibleSetSymmetric, 68,768 pre-admissible 7-tuples). "
     "Best known size 43596 (FunSearch, symmetric construction).")
 MAX_CANDIDATES = 20_000_000
 

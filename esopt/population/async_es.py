@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from esopt.dist.base import MemberResult
-from esopt.dist.ray_evaluator import RayEvaluator
+from esopt.population.base import MemberResult
+from esopt.population.ray_evaluator import RayEvaluator
 from esopt.envs.base import Task
 from esopt.es import Member, Strategy, Update, derive_seed
 from esopt.rollout import RolloutConfig

@@ -11,10 +11,10 @@ import torch
 from rich.console import Console
 
 from esopt.confutil import ConfigError
-from esopt.dist import LocalEvaluator, MemberResult
-from esopt.dist.async_es import AsyncES
-from esopt.dist.ray_evaluator import require_ray, resolve_threads
-from esopt.dist.replica import tiny_hf_policy
+from esopt.population import LocalEvaluator, MemberResult
+from esopt.population.async_es import AsyncES
+from esopt.population.ray_evaluator import require_ray, resolve_threads
+from esopt.population.replica import tiny_hf_policy
 from esopt.envs import make_env
 from esopt.es import ESConfig, Update, derive_seed, make_strategy, read_history, replay
 from esopt.rollout import RolloutConfig
@@ -86,7 +86,7 @@ def reference():
 def evaluator(ray_cluster):
     """One 2-worker RayEvaluator shared by the tests of a class, in order (starting actors is the slow
     part); closed after the class, so the cluster's 2 CPUs are free for the trainers' workers."""
-    from esopt.dist.ray_evaluator import RayEvaluator
+    from esopt.population.ray_evaluator import RayEvaluator
 
     evaluator = RayEvaluator(FACTORY(), ENV, ENV_OPTIONS, FACTORY, workers=2, threads_per_worker=1)
     yield evaluator

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from esopt.envs.ahd.base import AHDTask, CandidateError, task_rng
-from esopt.envs.ahd.driver import decode_array
+from esopt.ahd.tasks.base import AHDTask, CandidateError, task_rng
+from esopt.ahd.tasks.driver import decode_array
 from esopt.sandbox import Limits
 
 
@@ -164,7 +164,7 @@ def aco_binpacking(demand, capacity, eta, n_ants, n_iter, rng, alpha=1.0, beta=1
 
 
 class AcoTask(AHDTask):
-    entry = "esopt.envs.ahd.driver:heuristic_matrices"
+    entry = "esopt.ahd.tasks.driver:heuristic_matrices"
     function_name = "heuristics"
     sense = "min"
     family: str

@@ -1,6 +1,6 @@
 """Automatic heuristic design (AHD) tasks: LLM-written heuristics scored in the sandbox.
 
-    from esopt.envs.ahd import get_task
+    from esopt.ahd.tasks import get_task
     task = get_task("tsp50")
     ev = task.evaluate(code, seed=0)        # Evaluation(valid, objective, reason, per_instance)
     task.reference()                        # {"greedy": ..., "optimum": ..., ...}
@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from typing import Callable
 
-from esopt.envs.ahd.base import AHDTask, CandidateError, Evaluation
+from esopt.ahd.tasks.base import AHDTask, CandidateError, Evaluation
 
 _FACTORIES: dict[str, Callable[[], AHDTask]] = {}
 
 
 def _register() -> None:
-    from esopt.envs.ahd.aco import AcoBinPacking, AcoCVRP, AcoTSP
-    from esopt.envs.ahd.admissible_sym import AdmissibleSetSymmetric
-    from esopt.envs.ahd.admissible_task import AdmissibleSet
-    from esopt.envs.ahd.constructive import Knapsack, TSPConstructive
+    from esopt.ahd.tasks.aco import AcoBinPacking, AcoCVRP, AcoTSP
+    from esopt.ahd.tasks.admissible_sym import AdmissibleSetSymmetric
+    from esopt.ahd.tasks.admissible_task import AdmissibleSet
+    from esopt.ahd.tasks.constructive import Knapsack, TSPConstructive
 
     _FACTORIES.update({
         "tsp20": lambda: TSPConstructive(20),

@@ -62,8 +62,8 @@ from typing import Any
 
 import numpy as np
 
-from esopt.envs.ahd.base import AHDTask, CandidateError
-from esopt.envs.ahd.driver import _function, decode_array, encode_array, score_priorities
+from esopt.ahd.tasks.base import AHDTask, CandidateError
+from esopt.ahd.tasks.driver import _function, decode_array, encode_array, score_priorities
 from esopt.sandbox import Limits
 
 SYMBOL_TRIPLES = ((0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 2), (0, 2, 1), (1, 1, 1), (2, 2, 2))
@@ -317,7 +317,7 @@ class AdmissibleSetSymmetric(AHDTask):
     """A(3G, w) through pre-admissible G-tuples (FunSearch's symmetric formulation of A(21, 15))."""
 
     sense = "max"
-    entry = "esopt.envs.ahd.admissible_sym:symmetric_priorities"
+    entry = "esopt.ahd.tasks.admissible_sym:symmetric_priorities"
     function_name = "priority"
     signature = "def priority(el: tuple[int, ...], n: int, w: int) -> float:"
     greedy_name = "number of groups with 3 rotations (symbols 1-4), ties lexicographic"

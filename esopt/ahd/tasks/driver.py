@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from esopt.envs.ahd.admissible import lexicographic_vectors
+from esopt.ahd.tasks.admissible import lexicographic_vectors
 
 
 class CandidateError(Exception):

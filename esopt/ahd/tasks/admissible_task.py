@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from esopt.envs.ahd import admissible as adm
-from esopt.envs.ahd.base import AHDTask, CandidateError
-from esopt.envs.ahd.driver import decode_array
+from esopt.ahd.tasks import admissible as adm
+from esopt.ahd.tasks.base import AHDTask, CandidateError
+from esopt.ahd.tasks.driver import decode_array
 from esopt.sandbox import Limits
 
 BEST_KNOWN = {(15, 10): 3003, (21, 15): 43596, (12, 7): 792}
@@ -17,7 +17,7 @@ BEST_KNOWN = {(15, 10): 3003, (21, 15): 43596, (12, 7): 792}
 
 class AdmissibleSet(AHDTask):
     sense = "max"
-    entry = "esopt.envs.ahd.driver:admissible_priorities"
+    entry = "esopt.ahd.tasks.driver:admissible_priorities"
     function_name = "priority"
     signature = "def priority(el: tuple[int, ...], n: int, w: int) -> float:"
     greedy_name = "constant priority (lexicographic order)"

@@ -29,7 +29,7 @@ from esopt.confutil import ConfigError, from_dict, opt, to_dict
 from esopt.policy.hf import ModelConfig
 from esopt.rollout import RolloutConfig
 from esopt.train.logging import read_metrics
-from esopt.train.pg_common import EnvSection, load_pg_config, parse_config
+from esopt.baselines.pg_common import EnvSection, load_pg_config, parse_config
 
 METHODS = ("es", "grpo", "ppo")
 SUBCOMMAND = {"es": "train", "grpo": "grpo", "ppo": "ppo"}
@@ -85,8 +85,8 @@ class CompareConfig:
 
     def method_config(self, method: str, steps_override: int | None = None):
         from esopt.train.config import TrainConfig
-        from esopt.train.grpo import GRPOConfig
-        from esopt.train.ppo import PPOConfig
+        from esopt.baselines.grpo import GRPOConfig
+        from esopt.baselines.ppo import PPOConfig
 
         cls = {"es": TrainConfig, "grpo": GRPOConfig, "ppo": PPOConfig}[method]
         config = from_dict(cls, self._merged(method), where=method)

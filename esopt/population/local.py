@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from esopt.dist.base import Evaluator, MemberResult
+from esopt.population.base import Evaluator, MemberResult
 from esopt.envs.base import Env, Task
 from esopt.es import Member, Update
 from esopt.policy.base import Policy

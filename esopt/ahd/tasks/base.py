@@ -2,7 +2,7 @@
 
 Every evaluation of candidate code runs in ONE sandboxed subprocess
 (`esopt.sandbox.call_in_sandbox`) through a trusted driver function
-(`esopt.envs.ahd.driver`). The child only returns *solutions* (tours, item
+(`esopt.ahd.tasks.driver`). The child only returns *solutions* (tours, item
 selections) or the candidate's raw outputs (priorities, heuristic matrices);
 the parent validates them and computes every objective itself, so a candidate
 cannot report a fake score. A crash, timeout, wrong type, illegal move or bad
@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from esopt.envs.ahd.driver import CandidateError
+from esopt.ahd.tasks.driver import CandidateError
 from esopt.sandbox import Limits, call_in_sandbox
 
 __all__ = ["AHDTask", "Evaluation", "CandidateError", "task_rng"]

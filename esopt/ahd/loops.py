@@ -47,7 +47,7 @@ from esopt.es import ESConfig, HistoryWriter, Member, derive_seed, make_strategy
 from esopt.policy.base import Policy, SamplingConfig
 from esopt.policy.hf import ModelConfig
 from esopt.sandbox import ISOLATIONS, IsolationUnavailable, require_isolation
-from esopt.train.ahd_prompts import (
+from esopt.ahd.prompts import (
     EOH_OPERATORS,
     OPERATOR_PARENTS,
     SYSTEM_PROMPT,
@@ -120,7 +120,7 @@ class AHDConfig:
         return math.ceil(self.budget / self.population)
 
     def validate(self) -> None:
-        from esopt.envs.ahd import task_names
+        from esopt.ahd.tasks import task_names
 
         if self.task not in task_names():
             raise ConfigError(f"unknown AHD task {self.task!r}; available: {', '.join(task_names())}")
@@ -220,7 +220,7 @@ class Evaluator:
         self._results: dict[int, Any] = {}
 
     def _evaluate(self, code: str):
-        from esopt.envs.ahd import Evaluation
+        from esopt.ahd.tasks import Evaluation
 
         try:
             return self.task.evaluate(code, seed=self.seed, n_instances=self.n, limits=self.limits)
@@ -357,7 +357,7 @@ class AHDRun:
     def __init__(self, config: AHDConfig, run_dir: Path, policy: Policy, console=None):
         from rich.console import Console
 
-        from esopt.envs.ahd import get_task
+        from esopt.ahd.tasks import get_task
 
         config.validate()
         self.config = config
@@ -523,7 +523,7 @@ class AHDRun:
                 f"# {cfg.task} / {cfg.method}: objective {self.best.objective:.6g} "
                 f"(candidate {self.best.index}, operator {self.best.operator})\n"
                 f"# idea: {self.best.thought}\n{self.best.code}")
-        from esopt.train.ahd_report import write_run_report
+        from esopt.ahd.report import write_run_report
 
         summary.update(write_run_report(self.run_dir))
         summary["run_dir"] = str(self.run_dir)
@@ -589,7 +589,7 @@ def cmd_run(argv: list[str]) -> int:
 
 
 def cmd_report(argv: list[str]) -> int:
-    from esopt.train.ahd_report import compare_runs
+    from esopt.ahd.report import compare_runs
 
     parser = argparse.ArgumentParser(prog="esopt ahd report", description="Compare AHD runs per task.")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
@@ -600,7 +600,7 @@ def cmd_report(argv: list[str]) -> int:
 
 
 def cmd_tasks(argv: list[str]) -> int:
-    from esopt.envs.ahd import get_task, task_names
+    from esopt.ahd.tasks import get_task, task_names
 
     argparse.ArgumentParser(prog="esopt ahd tasks", description="List AHD tasks.").parse_args(argv)
     for name in task_names():

@@ -44,7 +44,7 @@ from esopt.skills.document import Skill, SkillError, seed_skill
 from esopt.train.config import TrainConfig
 from esopt.train.es_trainer import ESTrainer, checkpoints
 from esopt.train.evaluate import evaluate
-from esopt.train.pg_common import config_from_args, config_parser
+from esopt.baselines.pg_common import config_from_args, config_parser
 
 CONDITIONS = ("baseline", "trace2skill", "es", "es+trace2skill", "coevolve")
 LABELS = {
