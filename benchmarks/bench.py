@@ -128,9 +128,9 @@ def _child(kind: str, args) -> dict:
         from rich.console import Console
 
         from esopt.baselines.grpo import GRPOConfig, GRPOTrainer
-        from esopt.baselines.pg_common import load_pg_config
+        from esopt.confutil import load_yaml
 
-        grpo = load_pg_config(GRPOConfig, args.grpo_config)
+        grpo = load_yaml(GRPOConfig, args.grpo_config)
         grpo.model, grpo.env, grpo.rollout = config.model, config.env, config.rollout
         grpo.group_size = args.group_size
         grpo.tasks_per_step = max(1, args.population * args.tasks // args.group_size)

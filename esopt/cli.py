@@ -2,105 +2,33 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from pathlib import Path
 
-from esopt.confutil import BUILTIN_CONFIGS, ConfigError, leaf_fields, set_path
-
-CONFIG_HELP = "YAML config: a built-in name (`esopt configs` lists them) or a path; flags override it"
-
-
-def _add_config_flags(parser: argparse.ArgumentParser, cls: type, prefix: str, skip: tuple[str, ...] = ()) -> None:
-    for path, hint, help_text, default in leaf_fields(cls):
-        if path in skip:
-            continue
-        parser.add_argument(
-            f"--{prefix}{path}",
-            dest=f"cfg:{prefix}{path}",
-            default=argparse.SUPPRESS,
-            metavar="V",
-            help=f"{help_text} (default: {default})",
-        )
-
-
-def _env_name_from_argv(argv: list[str], default: str) -> str:
-    for i, arg in enumerate(argv):
-        if arg == "--env" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--env="):
-            return arg.split("=", 1)[1]
-    return default
-
-
-def _add_env_flags(parser: argparse.ArgumentParser, env_name: str) -> None:
-    from esopt.envs import env_class
-
-    parser.add_argument("--env", dest="env_name", default=argparse.SUPPRESS, metavar="NAME", help="environment name (`esopt envs` lists them)")
-    try:
-        cls = env_class(env_name)
-    except ConfigError:
-        return  # reported when the config is validated
-    for path, _, help_text, default in leaf_fields(cls.Config):
-        parser.add_argument(
-            f"--env.{path}", dest=f"env:{path}", default=argparse.SUPPRESS, metavar="V", help=f"[{env_name}] {help_text} (default: {default})"
-        )
-
-
-def _apply_overrides(config, args: argparse.Namespace, prefix: str = "") -> None:
-    for key, value in vars(args).items():
-        if key.startswith("cfg:"):
-            set_path(config, key[4:][len(prefix):], value)
-
-
-def _env_overrides(args: argparse.Namespace) -> dict:
-    return {key[4:]: value for key, value in vars(args).items() if key.startswith("env:")}
+from esopt import __version__
+from esopt.confutil import BUILTIN_CONFIGS, ConfigError, leaf_fields
+from esopt.runconfig import parse_config
 
 
 # ---- train ---------------------------------------------------------------------------------------
-def _train_parser(argv: list[str]) -> argparse.ArgumentParser:
-    from esopt.train.config import TrainConfig, load_config
-
-    parser = argparse.ArgumentParser(prog="esopt train", description="Fine-tune a model with evolution strategies.")
-    parser.add_argument("--config", help=CONFIG_HELP)
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (its saved config is used)")
-    config_file = None
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            config_file = argv[i + 1]
-        elif arg.startswith("--config="):
-            config_file = arg.split("=", 1)[1]
-    default_env = TrainConfig().env.name
-    if config_file:
-        try:
-            default_env = load_config(config_file).env.name
-        except ConfigError:
-            pass  # reported below
-    _add_env_flags(parser, _env_name_from_argv(argv, default_env))
-    _add_config_flags(parser, TrainConfig, "", skip=("env.name", "env.options"))
-    return parser
-
-
 def cmd_train(argv: list[str]) -> int:
     from rich.console import Console
 
-    from esopt.train.config import load_config
+    from esopt.train.config import TrainConfig
     from esopt.train.es_trainer import ESTrainer
     from esopt.train.report import print_summary
 
-    args = _train_parser(argv).parse_args(argv)
+    config, args = parse_config(
+        argv, TrainConfig, "esopt train", "Fine-tune a model with evolution strategies.",
+        add_arguments=lambda parser: parser.add_argument(
+            "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (its saved config is used)"
+        ),
+    )
     console = Console()
     if args.resume:
         trainer = ESTrainer.resume(args.resume, console=console)
     else:
-        config = load_config(args.config)
-        if hasattr(args, "env_name") and args.env_name != config.env.name:
-            config.env.name = args.env_name
-            config.env.options = {}
-        config.env.options.update(_env_overrides(args))
-        _apply_overrides(config, args)
-        config.validate()
         console.rule("resolved config")
         console.print(config.to_yaml(), highlight=False)
         trainer = ESTrainer.start(config, console=console)
@@ -145,50 +73,30 @@ def cmd_eval(argv: list[str]) -> int:
     from rich.console import Console
 
     from esopt.envs import make_env
-    from esopt.envs.base import SPLITS
     from esopt.envs.metrics import paired_difference
     from esopt.policy import load_policy
-    from esopt.policy.hf import ModelConfig
-    from esopt.rollout import RolloutConfig
-    from esopt.train.evaluate import evaluate
+    from esopt.train.evaluate import EvalConfig, evaluate
 
-    parser = argparse.ArgumentParser(
-        prog="esopt eval",
-        description="Evaluate a model or checkpoint on an env; with --compare, two of them on the same tasks (paired).",
+    config, args = parse_config(
+        argv, EvalConfig, "esopt eval",
+        "Evaluate a model or checkpoint on an env; with --compare, two of them on the same tasks (paired).",
+        add_arguments=lambda parser: parser.add_argument(
+            "--compare", nargs=2, metavar=("A", "B"),
+            help="evaluate A and B (run directories, model directories or 'default') on the same tasks and report "
+            "the paired difference B - A of per-task success with its 95%% bootstrap interval",
+        ),
     )
-    parser.add_argument("--tasks", type=int, default=32, help="number of tasks (default: 32)")
-    parser.add_argument("--split", default="eval", choices=SPLITS, help="task split: train, val (for choosing settings) or eval (held out; default)")
-    parser.add_argument("--seed", type=int, default=0, help="task and decoding seed (default: 0)")
-    parser.add_argument("--samples", type=int, default=1, help="k episodes per task for Mean@k / Pass@k (use temperature > 0)")
-    parser.add_argument("--out", help="write trajectories (JSONL) here")
-    parser.add_argument(
-        "--compare", nargs=2, metavar=("A", "B"),
-        help="evaluate A and B (run directories, model directories or 'default') on the same tasks and report "
-        "the paired difference B - A of per-task success with its 95%% bootstrap interval",
-    )
-    _add_env_flags(parser, _env_name_from_argv(argv, "sudoku"))
-    _add_config_flags(parser, ModelConfig, "model.")
-    _add_config_flags(parser, RolloutConfig, "rollout.")
-    args = parser.parse_args(argv)
-    model, rollout_config = ModelConfig(), RolloutConfig()
-    for key, value in vars(args).items():
-        if key.startswith("cfg:model."):
-            set_path(model, key[len("cfg:model."):], value)
-        elif key.startswith("cfg:rollout."):
-            set_path(rollout_config, key[len("cfg:rollout."):], value)
-    if args.tasks < 1 or args.samples < 1:
-        raise ConfigError("--tasks and --samples must be >= 1")
-    env = make_env(getattr(args, "env_name", "sudoku"), _env_overrides(args))
-    tasks = env.tasks(args.split, args.tasks, args.seed)
+    env = make_env(config.env.name, config.env.options)
+    tasks = env.tasks(config.split, config.tasks, config.seed)
     console = Console()
-    specs = args.compare or [model.path]
+    specs = args.compare or [config.model.path]
     reports = []
     for i, spec in enumerate(specs):
-        out = args.out if not args.compare else (f"{args.out}.{'AB'[i]}.jsonl" if args.out else None)
-        policy = load_policy(_model_from_spec(spec, model))
-        reports.append(evaluate(policy, env, tasks, rollout_config, args.samples, args.seed, out))
+        out = config.out if not args.compare else (f"{config.out}.{'AB'[i]}.jsonl" if config.out else None)
+        policy = load_policy(_model_from_spec(spec, config.model))
+        reports.append(evaluate(policy, env, tasks, config.rollout, config.samples, config.seed, out))
         del policy
-        _print_eval(console, spec if args.compare else f"{spec} on {env.name}/{args.split}", reports[-1])
+        _print_eval(console, spec if args.compare else f"{spec} on {env.name}/{config.split}", reports[-1])
     if args.compare:
         for measure in ("success", "invalid"):
             d = paired_difference(reports[1][f"per_task_{measure}"], reports[0][f"per_task_{measure}"])
@@ -202,11 +110,12 @@ def cmd_eval(argv: list[str]) -> int:
 
 # ---- replay --------------------------------------------------------------------------------------
 def cmd_replay(argv: list[str]) -> int:
-    from esopt.es import read_history
     from esopt.policy import load_policy
+    from esopt.runconfig import argument_parser
     from esopt.train.config import load_config
+    from esopt.train.es_trainer import read_run_history
 
-    parser = argparse.ArgumentParser(prog="esopt replay", description="Rebuild a run's weights from the base model and its history.jsonl.")
+    parser = argument_parser("esopt replay", "Rebuild a run's weights from the base model and its history.jsonl.")
     parser.add_argument("run_dir", help="the run directory")
     parser.add_argument("--out", required=True, help="directory to save the rebuilt model in")
     parser.add_argument("--steps", type=int, help="replay only the first k updates (default: all)")
@@ -215,7 +124,7 @@ def cmd_replay(argv: list[str]) -> int:
     if not (run_dir / "history.jsonl").exists():
         raise ConfigError(f"{run_dir} has no history.jsonl")
     config = load_config(run_dir / "config.yaml")
-    history = read_history(run_dir / "history.jsonl")[: args.steps]
+    history = read_run_history(run_dir)[: args.steps]
     # The fp32 master is the same on every backend (the vLLM backend builds it as HFPolicy does), so a
     # replay needs no inference engine: the HF backend rebuilds the weights of a vLLM run too.
     policy = load_policy(dataclasses.replace(config.model, backend="hf"))
@@ -229,8 +138,9 @@ def cmd_replay(argv: list[str]) -> int:
 # ---- envs ----------------------------------------------------------------------------------------
 def cmd_envs(argv: list[str]) -> int:
     from esopt.envs import BUILTIN_ENVS, env_class, env_names, env_origin
+    from esopt.runconfig import argument_parser
 
-    argparse.ArgumentParser(prog="esopt envs", description="List environments and their options.").parse_args(argv)
+    argument_parser("esopt envs", "List environments and their options.").parse_args(argv)
     for name in env_names():
         try:
             cls = env_class(name)
@@ -248,9 +158,9 @@ def cmd_envs(argv: list[str]) -> int:
 def cmd_configs(argv: list[str]) -> int:
     from esopt.confutil import builtin_configs
 
-    argparse.ArgumentParser(
-        prog="esopt configs", description="List the configs shipped with esopt (use one as --config NAME)."
-    ).parse_args(argv)
+    from esopt.runconfig import argument_parser
+
+    argument_parser("esopt configs", "List the configs shipped with esopt (use one as --config NAME).").parse_args(argv)
     configs = builtin_configs()
     for name, path in configs.items():
         first = path.read_text().splitlines()[:1]
@@ -261,7 +171,7 @@ def cmd_configs(argv: list[str]) -> int:
 
 
 def cmd_ahd(argv: list[str]) -> int:
-    from esopt.ahd.loops import main
+    from esopt.ahd.cli import main
 
     return main(argv)
 
@@ -294,7 +204,7 @@ def cmd_skill(argv: list[str]) -> int:
 def cmd_landscape(argv: list[str]) -> int:
     from esopt.train.landscape import main
 
-    return main(argv, lambda parser: _add_env_flags(parser, _env_name_from_argv(argv, "sudoku")), _env_overrides)
+    return main(argv)
 
 
 COMMANDS = {
@@ -314,8 +224,11 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--version":
+        print(f"esopt {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print(f"usage: esopt {{{','.join(COMMANDS)}}} [options]   (esopt COMMAND --help for options)")
+        print(f"usage: esopt {{{','.join(COMMANDS)}}} [options]   (esopt COMMAND --help for options; esopt --version)")
         if argv and argv[0] not in ("-h", "--help"):
             print(f"esopt: error: unknown command {argv[0]!r}", file=sys.stderr)
             return 2

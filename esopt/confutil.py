@@ -15,6 +15,16 @@ class ConfigError(ValueError):
     """A bad configuration value; the CLI prints its message as a one-line error."""
 
 
+def is_int(x: Any) -> bool:
+    """An int that is not a bool (YAML `true` must not pass as 1)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_number(x: Any) -> bool:
+    """An int or a float, not a bool."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def opt(default: Any, help: str, **kwargs: Any) -> Any:
     """A dataclass field with help text (shown by the CLI). Mutable defaults are copied per instance."""
     if isinstance(default, (list, dict, set)) or dataclasses.is_dataclass(default):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from esopt.policy.hf import HFPolicy
-from esopt.policy.models import tiny_llama
+from tiny_models import tiny_llama
 
 
 

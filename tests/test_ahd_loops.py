@@ -15,16 +15,10 @@ from esopt.confutil import ConfigError
 from esopt.ahd.tasks import get_task
 from esopt.es import read_history
 from esopt.policy.base import Policy
-from esopt.ahd.loops import (
-    AHDConfig,
-    Candidate,
-    EoHConfig,
-    EoHProposer,
-    Evaluator,
-    batch_fitness,
-    main,
-    run_ahd,
-)
+from esopt.ahd.candidates import Candidate, CandidateEvaluator
+from esopt.ahd.config import AHDConfig, EoHConfig
+from esopt.ahd.loops import batch_fitness, run_ahd
+from esopt.ahd.proposers import EoHProposer
 from esopt.ahd.prompts import (
     ExtractionError,
     Parent,
@@ -150,7 +144,7 @@ def test_eoh_population_initialises_then_uses_operators_and_keeps_the_best():
 # -------------------------------------------------------------------------- duplicates / invalid
 def test_evaluator_flags_code_and_objective_duplicates_and_invalid():
     task = get_task("tsp20")
-    ev = Evaluator(task, eval_seed=0, n_instances=2, workers=2)
+    ev = CandidateEvaluator(task, eval_seed=0, n_instances=2, workers=2)
     nn_with_comment = NN.replace("    d =", "    # nearest\n    d =")
     nn_other_form = NN.replace("int(np.argmin(d))", "int(d.argmin())")  # same tours, different code
     cands = [Candidate(index=i, batch=0, operator="sample", code=c)
@@ -353,14 +347,14 @@ def test_report_gap_ratio_gain(tmp_path):
 def test_cli_errors_are_one_line(tmp_path, capsys):
     from esopt.cli import main as esopt_main
 
-    assert main(["run", "--task", "nope", "--runs_dir", str(tmp_path)]) == 2
+    assert esopt_main(["ahd", "run", "--task", "nope", "--runs_dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("esopt ahd: error: unknown AHD task 'nope'") and "\n" not in err
-    assert main(["run", "--method", "magic"]) == 2
+    assert err.startswith("esopt: error: unknown AHD task 'nope'") and "\n" not in err
+    assert esopt_main(["ahd", "run", "--method", "magic"]) == 2
     assert "unknown method 'magic'" in capsys.readouterr().err
-    assert main(["run", "--budget", "0"]) == 2
+    assert esopt_main(["ahd", "run", "--budget", "0"]) == 2
     assert "budget must be an integer >= 1" in capsys.readouterr().err
-    assert main(["report", str(tmp_path)]) == 2
+    assert esopt_main(["ahd", "report", str(tmp_path)]) == 2
     assert "not an AHD run directory" in capsys.readouterr().err
     assert esopt_main(["ahd", "tasks"]) == 0
     out = capsys.readouterr().out

@@ -9,6 +9,8 @@ import torch
 from esopt.confutil import ConfigError
 from esopt.es import ESConfig, make_strategy, perturb_tensor, read_history, replay, subspace_mask
 
+from tiny_models import weights_moved
+
 
 def _copes(population=8, subspaces=4, **kw):
     return make_strategy(ESConfig(strategy="copes", population=population, subspaces=subspaces, **kw), total_steps=3, run_seed=11)
@@ -57,5 +59,6 @@ def test_trainer_runs_copes_and_replays(tmp_path, make_tiny_policy, tiny_train_c
     policy = make_tiny_policy()
     base = {n: t.clone() for n, t in policy.master_weights().items()}
     ESTrainer.start(config, policy=policy, console=Console(quiet=True)).run()
+    assert weights_moved(base, policy.master_weights())
     rebuilt = replay(base, read_history(tmp_path / "copes" / "history.jsonl"))
     assert all(torch.equal(rebuilt[n], t) for n, t in policy.master_weights().items())

@@ -5,7 +5,9 @@ import pytest
 from esopt.confutil import ConfigError
 from esopt.envs import make_env
 from esopt.envs.math import check_answer
-from esopt.envs.tools import ANSWER, INVALID, TOOL, calculate, hash_split, parse_action, parse_number
+from esopt.envs.splits import hash_split
+from esopt.envs.tools.actions import ANSWER, INVALID, TOOL, parse_action, parse_number
+from esopt.envs.tools.calculator import calculate
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,6 @@ from esopt.es import (
     member_seeds,
     perturb_tensor,
     read_history,
-    replay,
     shape_fitness,
     tensor_noise,
     update_direction,

@@ -30,6 +30,8 @@ from esopt.es import (
 )
 from esopt.policy.base import SamplingConfig
 
+from tiny_models import weights_moved
+
 
 def _lowrank(index=0, seed=1, sigma=0.05, sign=1, rank=2, vectors="frozen"):
     return Member(index=index, seed=seed, sigma=sigma, sign=sign, noise=LowRankNoise(rank, vectors))
@@ -271,5 +273,6 @@ def test_trainer_runs_lowrank_and_replays(tmp_path, make_tiny_policy, monkeypatc
     assert batched_calls == [True, True]  # the trainer's evaluator took the population-batched path
     history = read_history(tmp_path / "lowrank" / "history.jsonl")
     assert all(u.noise == LowRankNoise(2) for u in history)
+    assert weights_moved(base, policy.master_weights())
     rebuilt = replay(base, history)
     assert all(torch.equal(rebuilt[n], t) for n, t in policy.master_weights().items())

@@ -14,18 +14,19 @@ from esopt.confutil import ConfigError
 from esopt.population import LocalEvaluator, MemberResult
 from esopt.population.async_es import AsyncES
 from esopt.population.ray_evaluator import require_ray, resolve_threads
-from esopt.population.replica import tiny_hf_policy
 from esopt.envs import make_env
 from esopt.es import ESConfig, Update, derive_seed, make_strategy, read_history, replay
 from esopt.rollout import RolloutConfig
 from esopt.train.config import TrainConfig
 from esopt.train.es_trainer import ESTrainer
 
+import tiny_models
+
 ENV = "sudoku"
 ENV_OPTIONS = {"size": 4, "empty_cells": 2, "grammar": "legal", "partial_credit": True}
 STEPS = 4
 TASKS = 3
-FACTORY = functools.partial(tiny_hf_policy, 0)
+FACTORY = functools.partial(tiny_models.tiny_hf_policy, 0)
 
 
 def _rollout() -> RolloutConfig:
@@ -57,6 +58,7 @@ def ray_cluster():
             del os.environ["RAY_memory_monitor_refresh_ms"]
         else:
             os.environ["RAY_memory_monitor_refresh_ms"] = saved
+    ray.cloudpickle.register_pickle_by_value(tiny_models)  # workers cannot import the tests folder
     yield ray
     ray.shutdown()
 
@@ -83,12 +85,20 @@ def reference():
 
 
 @pytest.fixture(scope="class")
-def evaluator(ray_cluster):
+def crash_marker(tmp_path_factory):
+    """While this file exists, the worker that perturbs member 1 deletes it and exits (CrashOnMarkerPolicy)."""
+    return tmp_path_factory.mktemp("faults") / "crash_member_1"
+
+
+@pytest.fixture(scope="class")
+def evaluator(ray_cluster, crash_marker):
     """One 2-worker RayEvaluator shared by the tests of a class, in order (starting actors is the slow
-    part); closed after the class, so the cluster's 2 CPUs are free for the trainers' workers."""
+    part); closed after the class, so the cluster's 2 CPUs are free for the trainers' workers. Its
+    workers' policies are the tiny model, which exits mid-evaluation when `crash_marker` exists."""
     from esopt.population.ray_evaluator import RayEvaluator
 
-    evaluator = RayEvaluator(FACTORY(), ENV, ENV_OPTIONS, FACTORY, workers=2, threads_per_worker=1)
+    factory = functools.partial(tiny_models.crash_on_marker_policy, str(crash_marker), 1)
+    evaluator = RayEvaluator(FACTORY(), ENV, ENV_OPTIONS, factory, workers=2, threads_per_worker=1)
     yield evaluator
     evaluator.close()
 
@@ -123,23 +133,25 @@ class TestRayEvaluator:
         _run_steps(evaluator, reference, [0, 1])
         assert evaluator.restarts == 0
 
-    def test_dead_worker_is_replaced_and_the_step_completes(self, ray_cluster, evaluator, reference):
+    def test_dead_worker_is_replaced_and_the_step_completes(self, ray_cluster, evaluator, reference, crash_marker):
         restarts = evaluator.restarts
         old_pids = {s.pid for s in evaluator.slots}
 
         def faults(step):
             if step == 2:  # the worker evaluating member 1 exits in the middle of its rollout
-                evaluator.inject_fault(member_index=1)
+                crash_marker.touch()
             if step == 3:  # a worker is already dead when the step starts
                 ray_cluster.kill(evaluator.slots[0].actor)
 
         _run_steps(evaluator, reference, [2, 3], before_step=faults)
+        assert not crash_marker.exists()  # the worker evaluating member 1 did exit
         assert evaluator.restarts == restarts + 2
         assert len(old_pids - {s.pid for s in evaluator.slots}) == 2  # both original workers were replaced
 
-    def test_desynchronised_replica_is_named(self, evaluator, reference):
+    def test_desynchronised_replica_is_named(self, ray_cluster, evaluator, reference):
         stray = Update(step=0, seeds=[123], coefficients=[1.0], alpha=0.01, sigma=0.05, fitness=[0.0])
-        evaluator.debug_desync(1, stray)
+        # Change worker 1's weights behind the driver's back, without counting a version.
+        ray_cluster.get(evaluator.slots[1].actor.__ray_call__.remote(lambda replica, u: replica.policy.apply(u), stray))
         update = Update(step=STEPS, seeds=[7], coefficients=[1.0], alpha=0.01, sigma=0.05, fitness=[0.0])
         with pytest.raises(RuntimeError, match=r"replicas are out of sync; differing: worker 1 \(pid \d+\)\n"):
             evaluator.apply(update)
@@ -175,6 +187,7 @@ def _train(config):
 @pytest.mark.ray
 def test_async_with_no_lag_and_full_commits_is_synchronous_es(ray_cluster, tmp_path):
     sync = _train(_train_config(tmp_path, "sync"))
+    assert sync.fingerprint() != FACTORY().fingerprint()  # the run moved the weights
     asynchronous = _train(
         _train_config(tmp_path, "async", workers=2, threads_per_worker=1, mode="async", max_lag=0, commit_every=0)
     )

@@ -13,7 +13,8 @@ from esopt.confutil import ConfigError
 from esopt.envs import make_env
 from esopt.ahd.tasks import get_task
 from esopt.sandbox import Limits
-from esopt.ahd.loops import AHDConfig, run_ahd
+from esopt.ahd.config import AHDConfig
+from esopt.ahd.loops import run_ahd
 from test_ahd_loops import NN, ScriptedPolicy
 
 NO_BWRAP_ENV = {"PATH": "/nonexistent", "HOME": tempfile.gettempdir()}
@@ -54,7 +55,7 @@ def test_ahd_run_is_refused_in_one_line_without_bwrap(tmp_path):
                            "--runs_dir", str(tmp_path)], capture_output=True, text=True, timeout=300, env=NO_BWRAP_ENV)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        "esopt ahd: error: cannot run LLM-written code: bubblewrap (bwrap) is not installed; install bubblewrap 0.8 "
+        "esopt: error: cannot run LLM-written code: bubblewrap (bwrap) is not installed; install bubblewrap 0.8 "
         "or newer (apt-get install bubblewrap) or set isolation: python"]
     assert list(tmp_path.iterdir()) == []  # refused before a run directory or a model
 

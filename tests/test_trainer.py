@@ -48,7 +48,9 @@ def test_run_directory_contents(tmp_path, make_tiny_policy, tiny_train_config):
 @pytest.mark.parametrize("checkpoint_every", [0, 1])
 def test_resume_after_crash_matches_uninterrupted_run(tmp_path, make_tiny_policy, monkeypatch, checkpoint_every, tiny_train_config):
     reference_policy = make_tiny_policy()
+    base = reference_policy.fingerprint()
     ESTrainer.start(tiny_train_config(tmp_path, "ref", checkpoint_every=checkpoint_every), policy=reference_policy, console=_quiet()).run()
+    assert reference_policy.fingerprint() != base  # the run moved the weights, so equality below means something
 
     crashing_policy = make_tiny_policy()
     original_apply = crashing_policy.apply

@@ -34,7 +34,7 @@ def test_config_is_validated():
 def test_load_policy_checks_backend_and_engine_options():
     from dataclasses import dataclass, field
 
-    from esopt.policy.vllm import load_policy
+    from esopt.policy import load_policy
 
     @dataclass
     class Model:  # a ModelConfig with the two fields the trainer would add

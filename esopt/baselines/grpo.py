@@ -16,7 +16,10 @@ import torch
 
 from esopt.confutil import ConfigError, opt
 from esopt.rollout import Trajectory
-from esopt.baselines.pg_common import PGConfig, PGTrainer, Sample, cli_main, group_advantages
+from esopt.baselines.config import PGConfig
+from esopt.baselines.losses import group_advantages
+from esopt.baselines.samples import Sample
+from esopt.baselines.trainer import PGTrainer, cli_main
 
 
 @dataclass

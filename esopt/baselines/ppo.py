@@ -17,7 +17,10 @@ import torch
 
 from esopt.confutil import ConfigError, opt
 from esopt.rollout import Trajectory
-from esopt.baselines.pg_common import PGConfig, PGTrainer, Sample, cli_main, gae
+from esopt.baselines.config import PGConfig
+from esopt.baselines.losses import gae
+from esopt.baselines.samples import Sample
+from esopt.baselines.trainer import PGTrainer, cli_main
 
 
 @dataclass

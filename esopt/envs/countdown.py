@@ -41,33 +41,16 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import ConfigError, is_int, is_number, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
-from esopt.envs.tools import (
-    ANSWER,
-    INVALID,
-    TOOL,
-    Action,
-    CalcError,
-    calculate,
-    evaluate_expression,
-    hash_split,
-    parse_action,
-    short_hash,
-    stable_int,
-    truncate,
-)
+from esopt.envs.splits import hash_split, short_hash, stable_int
+from esopt.envs.tools.actions import ANSWER, INVALID, TOOL, Action, parse_action, truncate
+from esopt.envs.tools.calculator import CalcError, calculate, evaluate_expression
 
 _DATASET_SIZE = 200_000
 _OPS = ("+", "-", "*", "/")
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 @dataclass
@@ -92,7 +75,7 @@ class CountdownConfig:
     def __post_init__(self) -> None:
         for name in ("min_numbers", "max_numbers", "min_value", "max_value", "min_target", "max_target",
                      "max_turns", "max_tool_calls"):
-            if not _is_int(getattr(self, name)):
+            if not is_int(getattr(self, name)):
                 raise ConfigError(f"countdown.{name} must be an integer, got {getattr(self, name)!r}")
         if not 2 <= self.min_numbers <= self.max_numbers <= 12:
             raise ConfigError(
@@ -116,7 +99,7 @@ class CountdownConfig:
         if self.max_tool_calls < 0:
             raise ConfigError(f"countdown.max_tool_calls must be >= 0, got {self.max_tool_calls}")
         for name in ("format_reward", "correct_reward"):
-            if not _is_num(getattr(self, name)):
+            if not is_number(getattr(self, name)):
                 raise ConfigError(f"countdown.{name} must be a number, got {getattr(self, name)!r}")
 
 
@@ -174,7 +157,7 @@ def _literals_only(expr: str) -> list[Fraction]:
     """Literals of an expression that parses under the countdown grammar but fails to evaluate."""
     import ast
 
-    from esopt.envs.tools import normalize_expression
+    from esopt.envs.tools.calculator import normalize_expression
 
     try:
         tree = ast.parse(normalize_expression(expr), mode="eval")
@@ -276,7 +259,7 @@ class CountdownEnv(Env):
 
     def tasks(self, split: str, n: int, seed: int) -> list[Task]:
         check_split(split)
-        if not _is_int(n) or n < 0:
+        if not is_int(n) or n < 0:
             raise ValueError(f"n must be a non-negative integer, got {n!r}")
         stream = self._stream(stable_int(f"esopt-countdown|{split}|{seed}") % 2**31)
         out: list[Task] = []

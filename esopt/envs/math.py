@@ -42,20 +42,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import ConfigError, is_int, is_number, opt
 from esopt.sandbox import ISOLATIONS, IsolationUnavailable, Limits, require_isolation, run_script
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
-from esopt.envs.tools import (
-    ANSWER,
-    TOOL,
-    calculate,
-    hash_split,
-    parse_action,
-    parse_number,
-    short_hash,
-    stable_int,
-    truncate,
-)
+from esopt.envs.splits import hash_split, short_hash, stable_int
+from esopt.envs.tools.actions import ANSWER, TOOL, parse_action, parse_number, truncate
+from esopt.envs.tools.calculator import calculate
 
 DEFAULT_GENERATORS = ["basic_arithmetic", "gsm_symbolic", "simple_equations"]
 TOOLS = ("calculator", "python")
@@ -75,12 +67,6 @@ def _create_dataset(name: str, seed: int, size: int, options: dict):
     return reasoning_gym.create_dataset(name, seed=seed, size=size, **options)
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 @dataclass
@@ -131,7 +117,7 @@ class MathConfig:
             if (
                 not isinstance(w, (list, tuple))
                 or len(w) != len(self.generators)
-                or not all(_is_num(x) and x >= 0 for x in w)
+                or not all(is_number(x) and x >= 0 for x in w)
                 or sum(w) <= 0
             ):
                 raise ConfigError(
@@ -161,22 +147,22 @@ class MathConfig:
         ):
             raise ConfigError(f"math.tools must be a list drawn from {list(TOOLS)}, got {self.tools!r}")
         self.tools = [t for t in TOOLS if t in self.tools]
-        if not _is_int(self.max_turns) or self.max_turns < 1:
+        if not is_int(self.max_turns) or self.max_turns < 1:
             raise ConfigError(f"math.max_turns must be an integer >= 1, got {self.max_turns!r}")
-        if not _is_int(self.max_tool_calls) or self.max_tool_calls < 0:
+        if not is_int(self.max_tool_calls) or self.max_tool_calls < 0:
             raise ConfigError(f"math.max_tool_calls must be an integer >= 0, got {self.max_tool_calls!r}")
         for name in ("correct_reward", "format_reward", "tool_reward"):
-            if not _is_num(getattr(self, name)):
+            if not is_number(getattr(self, name)):
                 raise ConfigError(f"math.{name} must be a number, got {getattr(self, name)!r}")
         if not isinstance(self.use_math_verify, bool):
             raise ConfigError(f"math.use_math_verify must be true or false, got {self.use_math_verify!r}")
-        if not _is_num(self.python_timeout_s) or not 0 < self.python_timeout_s <= 120:
+        if not is_number(self.python_timeout_s) or not 0 < self.python_timeout_s <= 120:
             raise ConfigError(f"math.python_timeout_s must be in (0, 120], got {self.python_timeout_s!r}")
-        if not _is_int(self.python_memory_mb) or self.python_memory_mb < 64:
+        if not is_int(self.python_memory_mb) or self.python_memory_mb < 64:
             raise ConfigError(f"math.python_memory_mb must be an integer >= 64, got {self.python_memory_mb!r}")
         if self.python_isolation not in ISOLATIONS:
             raise ConfigError(f"math.python_isolation must be one of {', '.join(ISOLATIONS)}, got {self.python_isolation!r}")
-        if not _is_int(self.max_observation_chars) or self.max_observation_chars < 20:
+        if not is_int(self.max_observation_chars) or self.max_observation_chars < 20:
             raise ConfigError(
                 f"math.max_observation_chars must be an integer >= 20, got {self.max_observation_chars!r}"
             )
@@ -308,7 +294,7 @@ class MathEnv(Env):
 
     def tasks(self, split: str, n: int, seed: int) -> list[Task]:
         check_split(split)
-        if not _is_int(n) or n < 0:
+        if not is_int(n) or n < 0:
             raise ValueError(f"n must be a non-negative integer, got {n!r}")
         c = self.config
         rng = random.Random(stable_int(f"esopt-math|{split}|{seed}"))

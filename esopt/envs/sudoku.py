@@ -16,7 +16,6 @@ Accepted actions (case and whitespace tolerant; the first action found in the re
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 
 from esopt.confutil import ConfigError, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split, held_out_split
+from esopt.envs.splits import short_hash, stable_int
 
 EMPTY = "."
 OBSERVATIONS = ("board", "marks", "board+marks")
@@ -208,10 +208,6 @@ def generate_puzzle(size: int, empty_cells: int, rng: random.Random) -> tuple[st
     return _to_str(grid), _to_str(solution)
 
 
-def _hash_int(text: str) -> int:
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-
-
 def _first_answer(puzzle: str, solution: str) -> int:
     """The solution's digit in the puzzle's first empty cell."""
     first = next(i for i, ch in enumerate(puzzle) if ch in ".0")
@@ -220,7 +216,7 @@ def _first_answer(puzzle: str, solution: str) -> int:
 
 def puzzle_split(puzzle: str) -> str:
     """The split a puzzle belongs to ("train", "val" or "eval"), from a stable hash of its string."""
-    if _hash_int("esopt-sudoku-split|" + puzzle) % EVAL_FRACTION:
+    if stable_int("esopt-sudoku-split|" + puzzle) % EVAL_FRACTION:
         return "train"
     return held_out_split("sudoku|" + puzzle)
 
@@ -419,11 +415,11 @@ class SudokuEnv(Env):
     def _rng(self, split: str, seed: int, index: int, attempt: int) -> random.Random:
         c = self.config
         key = f"esopt-sudoku|{c.size}|{c.empty_cells}|{split}|{seed}|{index}|{attempt}"
-        return random.Random(_hash_int(key))
+        return random.Random(stable_int(key))
 
     def _task(self, puzzle: str, solution: str) -> Task:
         c = self.config
-        digest = hashlib.sha256(puzzle.encode()).hexdigest()[:8]
+        digest = short_hash(puzzle, 8)
         return Task(
             id=f"sudoku{c.size}-h{c.empty_cells}-{digest}",
             data={"puzzle": puzzle, "solution": solution},

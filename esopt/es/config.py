@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import ConfigError, is_int, opt
 from esopt.es.noise import DEFAULT_TABLE_SIZE, noise_from_config
 from esopt.es.optimizers import optimizer_from_config
 from esopt.es.scope import SCOPES, Scope
@@ -15,9 +15,6 @@ from esopt.es.strategies import STRATEGIES
 
 __all__ = ["ESConfig"]
 
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _is_real(x: Any) -> bool:
@@ -93,7 +90,7 @@ class ESConfig:
         """Raise ConfigError (a ValueError) naming the first bad field."""
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"es.strategy: unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
-        if not _is_int(self.population) or self.population < 1:
+        if not is_int(self.population) or self.population < 1:
             raise ConfigError(f"es.population must be an integer >= 1, got {self.population!r}")
         if not isinstance(self.antithetic, bool):
             raise ConfigError(f"es.antithetic must be true or false, got {self.antithetic!r}")
@@ -107,7 +104,7 @@ class ESConfig:
             raise ConfigError(f"es.alpha must be a finite number >= 0, got {self.alpha!r}")
         if self.alpha_final is not None and (not _is_real(self.alpha_final) or self.alpha_final < 0):
             raise ConfigError(f"es.alpha_final must be null or a finite number >= 0, got {self.alpha_final!r}")
-        if not _is_int(self.warmup_steps) or self.warmup_steps < 0:
+        if not is_int(self.warmup_steps) or self.warmup_steps < 0:
             raise ConfigError(f"es.warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
         if self.shaping not in SHAPING_METHODS:
             raise ConfigError(f"es.shaping: unknown method {self.shaping!r}; expected one of {', '.join(SHAPING_METHODS)}")

@@ -19,24 +19,22 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from statistics import mean, median
 
-import yaml
 
 from esopt.confutil import ConfigError, from_dict, opt, to_dict
 from esopt.policy.hf import ModelConfig
 from esopt.rollout import RolloutConfig
+from esopt.runconfig import EnvRunConfig, EnvSection, parse_config
 from esopt.train.logging import read_metrics
-from esopt.baselines.pg_common import EnvSection, load_pg_config, parse_config
 
 METHODS = ("es", "grpo", "ppo")
 SUBCOMMAND = {"es": "train", "grpo": "grpo", "ppo": "ppo"}
 
 
 @dataclass
-class CompareConfig:
+class CompareConfig(EnvRunConfig):
     model: ModelConfig = opt(ModelConfig(), "the model every method starts from")
     env: EnvSection = opt(EnvSection(), "the task environment (shared)")
     rollout: RolloutConfig = opt(RolloutConfig(), "rollout settings shared by all methods; held-out evaluation uses them")
@@ -55,7 +53,13 @@ class CompareConfig:
     runs_dir: str = opt("runs", "parent directory of the comparison directory")
     run_name: str | None = opt(None, "comparison directory name (default: <env>__compare__<seed>__<time>)")
 
+    run_marker = "report.md"
+
+    def run_label(self) -> str:
+        return f"{self.env.name}__compare"
+
     def validate(self) -> None:
+        super().validate()
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise ConfigError(f"methods must be a non-empty subset of {','.join(METHODS)}, got {self.methods}")
@@ -67,9 +71,6 @@ class CompareConfig:
             raise ConfigError("match=wall_clock measures ES's training time: include es in methods")
         for method in self.methods:
             self.method_config(method, steps_override=1)
-
-    def to_yaml(self) -> str:
-        return yaml.safe_dump(to_dict(self), sort_keys=False)
 
     # ---- per-method configs --------------------------------------------------------------------
     def _merged(self, method: str) -> dict:
@@ -111,10 +112,6 @@ def _deep_merge(base: dict, override: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-def load_compare_config(path: str | Path | None) -> CompareConfig:
-    return load_pg_config(CompareConfig, path)
 
 
 # ---- running one method ---------------------------------------------------------------------------
@@ -268,12 +265,7 @@ def run_compare(config: CompareConfig, console=None) -> dict:
 
     console = console or Console()
     config.validate()
-    name = config.run_name or f"{config.env.name}__compare__{config.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    out = Path(config.runs_dir) / name
-    if (out / "report.md").exists():
-        raise ConfigError(f"{out} already holds a comparison (pick another run_name)")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(config.to_yaml())
+    out = config.create_run_dir()
     order = sorted(config.methods, key=lambda m: m != "es") if config.match == "wall_clock" else list(config.methods)
     summaries: dict[str, dict] = {}
     es_train_s = None
@@ -296,10 +288,9 @@ def main(argv: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    config = parse_config(
+    config, _ = parse_config(
         argv, CompareConfig, "esopt compare",
         "Run ES, GRPO and PPO on one env and model at a matched budget and write a comparison report.",
-        loader=load_compare_config,
     )
     console = Console()
     console.rule("comparison config")

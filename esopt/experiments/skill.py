@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from esopt.confutil import ConfigError, load_yaml, opt
+from esopt.confutil import ConfigError, opt
 from esopt.envs import make_env
 from esopt.es import derive_seed
 from esopt.policy.base import Policy, load_checkpoint_weights
@@ -44,7 +44,7 @@ from esopt.skills.document import Skill, SkillError, seed_skill
 from esopt.train.config import TrainConfig
 from esopt.train.es_trainer import ESTrainer, checkpoints
 from esopt.train.evaluate import evaluate
-from esopt.baselines.pg_common import config_from_args, config_parser
+from esopt.runconfig import argument_parser, parse_config
 
 CONDITIONS = ("baseline", "trace2skill", "es", "es+trace2skill", "coevolve")
 LABELS = {
@@ -96,10 +96,6 @@ class SkillRunConfig(TrainConfig):
         config.rollout.skill = skill
         config.trajectories_per_step = max(config.trajectories_per_step, config.tasks_per_step)
         return config
-
-
-def load_skill_config(path: str | Path | None) -> SkillRunConfig:
-    return load_yaml(SkillRunConfig, path)
 
 
 # ------------------------------------------------------------------------------------ experiment
@@ -364,33 +360,30 @@ def report(experiment_dir: str | Path) -> str:
 
 
 # ------------------------------------------------------------------------------------------- CLI
-def _parser(prog: str, description: str, argv: list[str], conditions: bool) -> argparse.ArgumentParser:
-    parser = config_parser(argv, SkillRunConfig, prog, description, load_skill_config, skip=("env.", "rollout.skill"))
-    parser.add_argument("--out", metavar="DIR", help="experiment directory (default: <runs_dir>/skill_<env>__<seed>)")
-    parser.add_argument("--force", action="store_true", help="run a condition again even if its directory holds a result")
-    if conditions:
-        parser.add_argument("--conditions", default=",".join(CONDITIONS),
-                            help=f"comma-separated conditions, run in this order (default: {','.join(CONDITIONS)})")
-    return parser
+def _parse(prog: str, description: str, argv: list[str], conditions: bool) -> tuple[SkillRunConfig, argparse.Namespace]:
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--out", metavar="DIR", help="experiment directory (default: <runs_dir>/skill_<env>__<seed>)")
+        parser.add_argument("--force", action="store_true", help="run a condition again even if its directory holds a result")
+        if conditions:
+            parser.add_argument("--conditions", default=",".join(CONDITIONS),
+                                help=f"comma-separated conditions, run in this order (default: {','.join(CONDITIONS)})")
 
+    def out_dir(config: SkillRunConfig, args: argparse.Namespace) -> None:
+        if args.out:
+            out = Path(args.out)
+            config.runs_dir, config.run_name = str(out.parent), out.name
 
-def _config_from(args: argparse.Namespace) -> SkillRunConfig:
-    config = config_from_args(args, load_skill_config)
-    if args.out:
-        out = Path(args.out)
-        config.runs_dir, config.run_name = str(out.parent), out.name
-    config.validate()
-    return config
+    return parse_config(argv, SkillRunConfig, prog, description, skip=("rollout.skill",),
+                        add_arguments=add_arguments, adjust=out_dir)
 
 
 def _run_conditions(names: list[str], argv: list[str], prog: str, description: str, conditions_flag: bool) -> int:
-    args = _parser(prog, description, argv, conditions_flag).parse_args(argv)
+    config, args = _parse(prog, description, argv, conditions_flag)
     if conditions_flag:
         names = [c.strip() for c in args.conditions.split(",") if c.strip()]
     unknown = [c for c in names if c not in CONDITIONS]
     if unknown or not names:
         raise ConfigError(f"unknown condition(s) {', '.join(unknown) or '(none)'}; expected some of {', '.join(CONDITIONS)}")
-    config = _config_from(args)
     if "es+trace2skill" in names and "es" not in names[: names.index("es+trace2skill")]:
         es_dir = Path(config.es_run) if config.es_run else config.experiment_dir / "es"
         if not (es_dir.is_dir() and checkpoints(es_dir)):  # before the model is loaded
@@ -415,7 +408,7 @@ def cmd_run(argv: list[str]) -> int:
 
 
 def cmd_report(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="esopt skill report", description="Mean@k / Pass@k of every condition side by side.")
+    parser = argument_parser("esopt skill report", "Mean@k / Pass@k of every condition side by side.")
     parser.add_argument("experiment_dir")
     print(report(parser.parse_args(argv).experiment_dir))
     return 0
@@ -431,10 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         print(usage)
         return 0
     if argv[0] not in SUBCOMMANDS:
-        print(f"esopt skill: error: unknown subcommand {argv[0]!r}; expected one of {', '.join(SUBCOMMANDS)}", file=sys.stderr)
-        return 2
+        raise ConfigError(f"unknown subcommand esopt skill {argv[0]!r}; expected one of {', '.join(SUBCOMMANDS)}")
     try:
         return SUBCOMMANDS[argv[0]](argv[1:])
-    except (ConfigError, SkillError) as e:
-        print(f"esopt skill: error: {e}", file=sys.stderr)
-        return 2
+    except SkillError as e:  # a bad skill document given in the config
+        raise ConfigError(str(e)) from None

@@ -5,10 +5,10 @@ from esopt.policy.base import Chat, Policy, SamplingConfig
 
 def load_policy(model_config) -> Policy:
     """The policy a ModelConfig asks for: HF transformers (default) or vLLM (`model.backend: vllm`)."""
-    if getattr(model_config, "backend", "hf") == "vllm":
-        from esopt.policy.vllm import load_policy as load_vllm
+    if getattr(model_config, "backend", "hf") != "hf":
+        from esopt.policy.vllm import vllm_policy  # also reports an unknown backend
 
-        return load_vllm(model_config)
+        return vllm_policy(model_config)
     from esopt.policy.hf import HFPolicy
 
     return HFPolicy.load(model_config)

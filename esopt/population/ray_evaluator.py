@@ -133,7 +133,6 @@ class RayEvaluator(Evaluator):
         self.log = log or (lambda message: None)
         self.restarts = 0
         self._restarts_left = max_restarts
-        self._faults: set[int] = set()
         self._inflight: dict[Any, _Job] = {}
         self._rss_refs: list = []
         self._driver_fp = {self.version: policy.fingerprint()}
@@ -276,9 +275,7 @@ class RayEvaluator(Evaluator):
         self._sync_slot(slot, version)
         if slot.version != version:
             raise RuntimeError(f"{slot.name} holds version {slot.version}, cannot evaluate at {version}")
-        crash = member.index in self._faults
-        self._faults.discard(member.index)
-        ref = slot.actor.evaluate.remote(member, tasks_ref, config, seed, keep, crash)
+        ref = slot.actor.evaluate.remote(member, tasks_ref, config, seed, keep)
         slot.busy = True
         self._inflight[ref] = _Job(slot, tag, member, version, (tasks_ref, config, seed, keep))
 
@@ -395,12 +392,3 @@ class RayEvaluator(Evaluator):
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
             self._owns_ray = False
-
-    # ---- tests -------------------------------------------------------------------------------
-    def inject_fault(self, member_index: int) -> None:
-        """Tests only: the next time member `member_index` is dispatched, its actor exits mid-evaluation."""
-        self._faults.add(member_index)
-
-    def debug_desync(self, rank: int, update: Update) -> None:
-        """Tests only: change one actor's weights behind the driver's back."""
-        self.ray.get(self.slots[rank].actor.debug_apply_unrecorded.remote(update))

@@ -33,15 +33,6 @@ def model_policy(model) -> Policy:
     return load_policy(model)
 
 
-def tiny_hf_policy(seed: int = 0) -> Policy:
-    """Factory for the tiny random Llama used by tests and smoke runs (same seed, same weights)."""
-    from esopt.policy.hf import HFPolicy
-    from esopt.policy.models import tiny_llama
-
-    model, tokenizer = tiny_llama(seed=seed)
-    return HFPolicy(model, tokenizer)
-
-
 def set_threads(threads: int) -> None:
     """Limit torch's intra-op threads (and inter-op threads, where torch still allows it)."""
     if threads > 0:
@@ -88,13 +79,8 @@ class Replica:
         config: RolloutConfig,
         seed: int,
         keep: int = 0,
-        crash: bool = False,
     ) -> tuple[int, MemberResult]:
-        """(the version evaluated at, the member's result). `crash` (tests only): the process exits
-        in the middle of the evaluation, with the member's perturbation applied."""
-        if crash:
-            with self.policy.perturbed(member):
-                os._exit(1)
+        """(the version evaluated at, the member's result)."""
         return self.version, evaluate_member(self.policy, self.env, member, tasks, config, seed, keep)
 
     def apply(self, update: Update) -> tuple[int, str]:
@@ -106,8 +92,3 @@ class Replica:
     def rss_mb(self) -> float:
         """Peak resident memory of this worker process (MB)."""
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-    def debug_apply_unrecorded(self, update: Update) -> str:
-        """Tests only: change the weights without counting a version, to desynchronise the replica."""
-        self.policy.apply(update)
-        return self.policy.fingerprint()

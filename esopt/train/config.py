@@ -6,20 +6,12 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from esopt.confutil import ConfigError, load_yaml, opt, to_dict
-from esopt.envs import make_env
+from esopt.confutil import ConfigError, load_yaml, opt
 from esopt.es import ESConfig
 from esopt.policy.hf import ModelConfig
 from esopt.rollout import RolloutConfig
+from esopt.runconfig import EnvRunConfig
 from esopt.train.logging import REPORT_TO_HELP, check_report_to
-
-
-@dataclass
-class EnvSection:
-    name: str = opt("sudoku", "environment name (`esopt envs` lists them)")
-    options: dict = opt({}, "env-specific options, e.g. size and empty_cells for sudoku (`esopt envs` lists them)")
 
 
 DIST_MODES = ("sync", "async")
@@ -73,9 +65,8 @@ class DistSection:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(EnvRunConfig):
     model: ModelConfig = opt(ModelConfig(), "the policy model")
-    env: EnvSection = opt(EnvSection(), "the task environment")
     es: ESConfig = opt(ESConfig(), "evolution-strategy hyperparameters")
     rollout: RolloutConfig = opt(RolloutConfig(), "how episodes are run (training and evaluation)")
     dist: DistSection = opt(DistSection(), "where members are evaluated (local or Ray workers; sync or async ES)")
@@ -91,11 +82,18 @@ class TrainConfig:
     keep_checkpoints: int = opt(2, "how many checkpoints to keep (the newest)")
     probe_tasks: int = opt(32, "forgetting probe before and after training: tasks of another env (0 = no probe; see train/forgetting.py)")
     trajectories_per_step: int = opt(2, "training episodes saved per step (from member 0), besides all eval episodes")
-    runs_dir: str = opt("runs", "parent directory of run directories")
-    run_name: str | None = opt(None, "run directory name (default: <env>__<method>__<seed>__<time>)")
     report_to: str = opt("auto", REPORT_TO_HELP)
 
+    run_marker = "history.jsonl"
+
+    def run_label(self) -> str:
+        return f"{self.env.name}__{self.method}"
+
+    def existing_run_hint(self, run_dir: Path) -> str:
+        return f"resume it with --resume {run_dir}"
+
     def validate(self) -> None:
+        super().validate()
         check_report_to(self.report_to)
         self.es.validate()
         self.dist.validate(self.es)
@@ -109,7 +107,6 @@ class TrainConfig:
             raise ConfigError(f"eval_split must be 'val' or 'eval', got {self.eval_split!r}")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
-        make_env(self.env.name, self.env.options)  # validates the env options
 
     @property
     def method(self) -> str:
@@ -124,9 +121,6 @@ class TrainConfig:
     def commit_every(self) -> int:
         """Async ES: accepted results per update (dist.commit_every, 0 = the population)."""
         return self.dist.commit_every or self.es.population
-
-    def to_yaml(self) -> str:
-        return yaml.safe_dump(to_dict(self), sort_keys=False)
 
 
 def load_config(path: str | Path | None) -> TrainConfig:

@@ -9,7 +9,6 @@ import json
 import shutil
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
@@ -22,6 +21,7 @@ from esopt.population.async_es import AsyncES
 from esopt.population.replica import model_policy
 from esopt.envs import make_env
 from esopt.es import HistoryWriter, derive_seed, make_strategy, read_history
+from esopt.policy import load_policy
 from esopt.policy.base import Policy
 from esopt.rollout import RolloutConfig, rollout
 from esopt.train.config import TrainConfig, load_config
@@ -33,13 +33,20 @@ from esopt.train.report import write_report
 CHECKPOINT_PREFIX = "step_"
 
 
-def new_run_dir(config: TrainConfig) -> Path:
-    name = config.run_name or f"{config.env.name}__{config.method}__{config.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    run_dir = Path(config.runs_dir) / name
-    if (run_dir / "history.jsonl").exists():
-        raise ConfigError(f"run directory {run_dir} already holds a run; resume it with --resume {run_dir}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+def read_run_history(run_dir: Path) -> list:
+    """The updates in a run's history.jsonl (none if it has none yet); a damaged file is a ConfigError
+    naming the bad line, not a traceback."""
+    path = Path(run_dir) / "history.jsonl"
+    if not path.exists():
+        return []
+    try:
+        history = read_history(path)
+    except (ValueError, KeyError, TypeError) as e:  # a corrupt middle line, or a record missing its fields
+        raise ConfigError(f"run directory {run_dir} is damaged: {e}") from None
+    for expected, update in enumerate(history):
+        if update.step != expected:
+            raise ConfigError(f"run directory {run_dir} is damaged: {path} is out of order at line {expected + 1}")
+    return history
 
 
 def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -108,9 +115,8 @@ class ESTrainer:
     ) -> "ESTrainer":
         """A new run: creates the run directory and saves the resolved config."""
         config.validate()
-        run_dir = new_run_dir(config)
-        (run_dir / "config.yaml").write_text(config.to_yaml())
-        return cls(config, run_dir, policy or _load_policy(config), console, policy_factory)
+        run_dir = config.create_run_dir()
+        return cls(config, run_dir, policy or load_policy(engine_model_config(config)), console, policy_factory)
 
     @classmethod
     def resume(
@@ -125,7 +131,8 @@ class ESTrainer:
         if not (run_dir / "config.yaml").exists():
             raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
         config = load_config(run_dir / "config.yaml")
-        return cls(config, run_dir, policy or _load_policy(config), console, policy_factory)
+        read_run_history(run_dir)  # a damaged history fails here, before the model is loaded
+        return cls(config, run_dir, policy or load_policy(engine_model_config(config)), console, policy_factory)
 
     def _make_evaluator(self) -> Evaluator:
         """LocalEvaluator (dist.workers 0) or RayEvaluator, whose workers reach the policy's current
@@ -172,10 +179,7 @@ class ESTrainer:
     # ---- state -------------------------------------------------------------------------------
     def _restore_progress(self) -> int:
         """Bring the policy to the state after every update in history.jsonl; return that step count."""
-        history = read_history(self.run_dir / "history.jsonl") if (self.run_dir / "history.jsonl").exists() else []
-        for expected, update in enumerate(history):
-            if update.step != expected:
-                raise ConfigError(f"{self.run_dir}/history.jsonl is out of order at line {expected + 1}")
+        history = read_run_history(self.run_dir)
         usable = [(k, path) for k, path in checkpoints(self.run_dir) if k <= len(history)]
         first = 0
         self._restore_point = (None, 0, history)
@@ -184,7 +188,7 @@ class ESTrainer:
             self.policy.load_checkpoint(path)
             expected = json.loads((path / "esopt.json").read_text())["fingerprint"]
             if self.policy.fingerprint() != expected:
-                raise RuntimeError(f"checkpoint {path} does not match its recorded fingerprint")
+                raise ConfigError(f"run directory {self.run_dir} is damaged: checkpoint {path} does not match its recorded fingerprint")
             self._restore_point = (path, first, history[first:])
         for update in history[first:]:
             self.policy.apply(update)
@@ -348,12 +352,6 @@ class ESTrainer:
         )
         summary["run_dir"] = str(self.run_dir)
         return summary
-
-
-def _load_policy(config: TrainConfig) -> Policy:
-    from esopt.policy import load_policy
-
-    return load_policy(engine_model_config(config))
 
 
 def engine_model_config(config: TrainConfig):

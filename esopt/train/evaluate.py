@@ -4,15 +4,40 @@ each rate with its 95% interval, the model's answer distribution and the best tr
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
-from esopt.envs.base import Env, Task
-from collections import Counter
-
+from esopt.confutil import ConfigError, opt
+from esopt.envs.base import SPLITS, Env, Task
 from esopt.envs.metrics import max_at_k, mean_at_k, pass_at_k, wilson_interval
 from esopt.policy.base import Policy
+from esopt.policy.hf import ModelConfig
 from esopt.rollout import RolloutConfig, rollout
+from esopt.runconfig import EnvSection
+
+
+@dataclass
+class EvalConfig:
+    """`esopt eval`: a model (or run) on tasks of one split, k episodes each."""
+
+    model: ModelConfig = opt(ModelConfig(), "the model (--compare names two models or run directories instead)")
+    env: EnvSection = opt(EnvSection(), "the task environment")
+    rollout: RolloutConfig = opt(RolloutConfig(), "how episodes are run")
+    tasks: int = opt(32, "number of tasks")
+    split: str = opt("eval", "task split: train, val (for choosing settings) or eval (held out)")
+    seed: int = opt(0, "task and decoding seed")
+    samples: int = opt(1, "k episodes per task for Mean@k / Pass@k (use temperature > 0)")
+    out: str | None = opt(None, "write trajectories (JSONL) here")
+
+    def validate(self) -> None:
+        from esopt.envs import make_env
+
+        if self.tasks < 1 or self.samples < 1:
+            raise ConfigError("--tasks and --samples must be >= 1")
+        if self.split not in SPLITS:
+            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        make_env(self.env.name, self.env.options)
 
 
 def evaluate(

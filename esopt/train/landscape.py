@@ -4,7 +4,6 @@ A flat slice at the run's sigma means no member can change an outcome: ES gets n
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from pathlib import Path
@@ -213,20 +212,20 @@ def parse_scales(text: str) -> list[float]:
     return scales
 
 
-def main(argv: list[str], add_env_flags, env_overrides) -> int:
-    """The `esopt landscape` command. `add_env_flags(parser)` and `env_overrides(args)` are the CLI's own
-    env-flag helpers, passed in so that the flags match `esopt eval` without train importing cli."""
+def main(argv: list[str]) -> int:
+    """The `esopt landscape` command."""
     from rich.console import Console
     from rich.progress import Progress
 
     from esopt.envs import make_env
     from esopt.envs.base import SPLITS
     from esopt.policy import load_policy
+    from esopt.runconfig import add_env_flags, argument_parser, env_overrides, flag_value
     from esopt.train.config import load_config
 
-    parser = argparse.ArgumentParser(
-        prog="esopt landscape",
-        description="Mean reward over a 2-D slice of weight space spanned by two seeded ES noise directions, "
+    parser = argument_parser(
+        "esopt landscape",
+        "Mean reward over a 2-D slice of weight space spanned by two seeded ES noise directions, "
         "at a few perturbation scales, as a heatmap: is sigma large enough to change outcomes?",
     )
     parser.add_argument("target", metavar="RUN_OR_MODEL", help="a run directory (its newest checkpoint, env and ES settings), a model directory or 'default'")
@@ -248,7 +247,7 @@ def main(argv: list[str], add_env_flags, env_overrides) -> int:
         help="for a model: a training config (configs/*.yaml) whose env, rollout, model dtype and ES noise settings "
         "the scan uses, e.g. configs/sudoku_demo.yaml; env flags override it (default: `esopt train`'s defaults)",
     )
-    add_env_flags(parser)
+    add_env_flags(parser, flag_value(argv, "--env") or "sudoku")
     args = parser.parse_args(argv)
     if args.tasks < 1 or args.grid < 2 or args.span <= 0:
         raise ConfigError("--tasks must be >= 1, --grid >= 2 and --span > 0")

@@ -16,7 +16,6 @@ site_seed (built-in site) / storage_state (task files, optional).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -24,6 +23,7 @@ from typing import Callable
 
 from esopt.confutil import ConfigError
 from esopt.envs.base import SPLITS, Task, held_out_split
+from esopt.envs.splits import short_hash, stable_int
 from esopt.envs.web.evaluators import evaluator_kind
 from esopt.envs.web.site import CATEGORIES, NOUNS, ORDER_STATUSES, REPLY_WORDS, THREAD_OPENERS, SiteState, generate_site
 
@@ -37,12 +37,8 @@ EVAL_ONE_IN = 5  # one site seed in EVAL_ONE_IN is an eval site
 SITE = "__SITE__"
 
 
-def _hash_int(text: str) -> int:
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-
-
 def site_split(site_seed: int) -> str:
-    if _hash_int(f"esopt-web-split|{site_seed}") % EVAL_ONE_IN:
+    if stable_int(f"esopt-web-split|{site_seed}") % EVAL_ONE_IN:
         return "train"
     return held_out_split(f"web-site|{site_seed}")
 
@@ -257,7 +253,7 @@ def _instantiate(template: str, site_seed: int) -> tuple[Task, Plan] | None:
         "site_seed": site_seed,
         **spec,
     }
-    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:10]
+    digest = short_hash(json.dumps(data, sort_keys=True), 10)
     return Task(id=f"web-{template}-{digest}", data=data), plan
 
 
@@ -338,7 +334,7 @@ def load_task_file(path: str, eval_percent: int) -> list[Task]:
         task_id = str(item.get("task_id", k))
         split = item.get("split")
         if split is None:
-            held_out = _hash_int(f"esopt-web-file|{task_id}") % 100 < eval_percent
+            held_out = stable_int(f"esopt-web-file|{task_id}") % 100 < eval_percent
             split = held_out_split(f"web-file|{task_id}") if held_out else "train"
         elif split not in SPLITS:
             raise ConfigError(f"{where}: split must be one of {', '.join(SPLITS)}, got {split!r}")

@@ -1,26 +1,5 @@
-"""Document question answering with page tools: find a fact in a multi-page document.
-
-Documents are generated from seeds (no data files): invoices, claim forms, shipment tables and
-short reports, 2-4 pages of plain text each (configurable). Every task asks one question whose
-answer is an exact span of the document: a date, an amount, a name, an id. The agent reads the
-document through tools, one action per reply:
-
-    list_pages              -> page numbers and section titles
-    read_page 2             -> the text of page 2
-    search invoice date     -> matching lines with page numbers (case-insensitive substring)
-    answer: March 4, 2024   -> ends the episode
-
-(`tools.parse_action` also accepts "read page 2", read_page(2), "Final answer: ...", etc.) A
-malformed reply or a bad page number gets feedback and uses up the turn (info["invalid"]).
-
-Reward, on the answer turn: ANLS against the gold answers (DocVQA's: 1 - normalised Levenshtein
-distance, 0 when the distance is >= 0.5), or exact match with ``metric: exact``; info carries
-both ("anls", "exact") and success = exact match. No answer within `max_turns` scores 0.
-
-Splits: a (document, question) pair belongs to train or eval by a hash of its text, so the two
-never overlap. Task data: ``{"kind", "title", "pages": [str], "page_titles": [str], "question",
-"answers": [str], "field", "answer_page": int (1-based)}``.
-"""
+"""Seeded multi-page documents for the docqa env (no data files): invoices, claim forms, shipment
+tables and short reports, each with questions whose answers are exact spans of the document."""
 
 from __future__ import annotations
 
@@ -28,14 +7,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from esopt.confutil import ConfigError, opt
-from esopt.envs.base import Env, Episode, StepResult, Task, check_split
-from esopt.envs.metrics import anls, exact_match
-from esopt.envs.tools import ANSWER, TOOL, hash_split, parse_action, short_hash, stable_int, truncate
-
 DOC_TYPES = ("invoice", "form", "table", "report")
-TOOLS = ("list_pages", "read_page", "search")
-METRICS = ("anls", "exact")
 
 # ----------------------------------------------------------------------------------------------
 # Word pools (invented; any resemblance to real entities is coincidental)
@@ -186,7 +158,7 @@ def _amount_variants(span: str) -> list[str]:
 
 
 @dataclass
-class _QA:
+class QuestionAnswer:
     question: str
     answer: str
     field: str
@@ -203,7 +175,7 @@ class _Doc:
     kind: str
     title: str
     blocks: list[tuple[str, list[str]]]
-    qas: list[_QA]
+    qas: list[QuestionAnswer]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,19 +239,19 @@ def _invoice(g: _Gen) -> _Doc:
     name, unit, amt = r.choice(item_q)
     m = lambda s: _amount_variants(s)  # noqa: E731
     qas = [
-        _QA("What is the invoice number?", inv_no, "invoice_number"),
-        _QA("What is the invoice date?", inv_date, "invoice_date"),
-        _QA("When is the payment due?", due_date, "due_date"),
-        _QA("What is the PO number?", po, "po_number"),
-        _QA("Who is the invoice billed to (contact name)?", contact, "bill_to_contact"),
-        _QA("What is the customer ID?", cust, "customer_id"),
-        _QA("Who is the account manager?", manager, "account_manager"),
-        _QA("What is the total amount due?", g.money(total), "total_due", m(g.money(total))),
-        _QA("What is the subtotal?", g.money(subtotal), "subtotal", m(g.money(subtotal))),
-        _QA("How much tax is charged?", g.money(tax), "tax", m(g.money(tax))),
-        _QA(f"What is the unit price of {name}?", unit, "unit_price", m(unit), anchor=name),
-        _QA(f"What is the line amount for {name}?", amt, "line_amount", m(amt), anchor=name),
-        _QA("What is the bank account number for payment?", account, "bank_account"),
+        QuestionAnswer("What is the invoice number?", inv_no, "invoice_number"),
+        QuestionAnswer("What is the invoice date?", inv_date, "invoice_date"),
+        QuestionAnswer("When is the payment due?", due_date, "due_date"),
+        QuestionAnswer("What is the PO number?", po, "po_number"),
+        QuestionAnswer("Who is the invoice billed to (contact name)?", contact, "bill_to_contact"),
+        QuestionAnswer("What is the customer ID?", cust, "customer_id"),
+        QuestionAnswer("Who is the account manager?", manager, "account_manager"),
+        QuestionAnswer("What is the total amount due?", g.money(total), "total_due", m(g.money(total))),
+        QuestionAnswer("What is the subtotal?", g.money(subtotal), "subtotal", m(g.money(subtotal))),
+        QuestionAnswer("How much tax is charged?", g.money(tax), "tax", m(g.money(tax))),
+        QuestionAnswer(f"What is the unit price of {name}?", unit, "unit_price", m(unit), anchor=name),
+        QuestionAnswer(f"What is the line amount for {name}?", amt, "line_amount", m(amt), anchor=name),
+        QuestionAnswer("What is the bank account number for payment?", account, "bank_account"),
     ]
     return _Doc("invoice", f"Invoice from {vendor}", blocks, qas)
 
@@ -325,18 +297,18 @@ def _form(g: _Gen) -> _Doc:
     ]
     m = _amount_variants
     qas = [
-        _QA("What is the claim number?", claim_no, "claim_number"),
-        _QA("What is the policy number?", policy, "policy_number"),
-        _QA("On what date did the incident happen?", inc_date, "incident_date"),
-        _QA("On what date was the claim filed?", filed, "date_filed"),
-        _QA("What is the claimant's name?", claimant, "claimant"),
-        _QA("What is the claimant's date of birth?", dob, "date_of_birth"),
-        _QA("What is the claimant's phone number?", phone, "phone"),
-        _QA("What is the police report number?", police, "police_report"),
-        _QA("Who is the witness?", witness, "witness"),
-        _QA("What is the estimated damage?", damage, "estimated_damage", m(damage)),
-        _QA("Who is the assigned adjuster?", adjuster, "adjuster"),
-        _QA("What is the adjuster ID?", adjuster_id, "adjuster_id"),
+        QuestionAnswer("What is the claim number?", claim_no, "claim_number"),
+        QuestionAnswer("What is the policy number?", policy, "policy_number"),
+        QuestionAnswer("On what date did the incident happen?", inc_date, "incident_date"),
+        QuestionAnswer("On what date was the claim filed?", filed, "date_filed"),
+        QuestionAnswer("What is the claimant's name?", claimant, "claimant"),
+        QuestionAnswer("What is the claimant's date of birth?", dob, "date_of_birth"),
+        QuestionAnswer("What is the claimant's phone number?", phone, "phone"),
+        QuestionAnswer("What is the police report number?", police, "police_report"),
+        QuestionAnswer("Who is the witness?", witness, "witness"),
+        QuestionAnswer("What is the estimated damage?", damage, "estimated_damage", m(damage)),
+        QuestionAnswer("Who is the assigned adjuster?", adjuster, "adjuster"),
+        QuestionAnswer("What is the adjuster ID?", adjuster_id, "adjuster_id"),
     ]
     return _Doc("form", f"Claim form from {insurer}", blocks, qas)
 
@@ -369,13 +341,13 @@ def _table(g: _Gen) -> _Doc:
     blocks.append(_filler_block(g, "Notes"))
     sid, date, dest, carrier, weight, cost = r.choice(rows)
     qas = [
-        _QA(f"What was the cost of shipment {sid}?", cost, "shipment_cost", _amount_variants(cost), sid),
-        _QA(f"On what date was shipment {sid} sent?", date, "shipment_date", anchor=sid),
-        _QA(f"What was the weight in kg of shipment {sid}?", weight, "shipment_weight", anchor=sid),
-        _QA(f"Which carrier handled shipment {sid}?", carrier, "carrier", anchor=sid),
-        _QA(f"What was the destination of shipment {sid}?", dest, "destination", anchor=sid),
-        _QA("Who prepared the shipment log?", preparer, "preparer"),
-        _QA("What is the log ID?", report_id, "log_id"),
+        QuestionAnswer(f"What was the cost of shipment {sid}?", cost, "shipment_cost", _amount_variants(cost), sid),
+        QuestionAnswer(f"On what date was shipment {sid} sent?", date, "shipment_date", anchor=sid),
+        QuestionAnswer(f"What was the weight in kg of shipment {sid}?", weight, "shipment_weight", anchor=sid),
+        QuestionAnswer(f"Which carrier handled shipment {sid}?", carrier, "carrier", anchor=sid),
+        QuestionAnswer(f"What was the destination of shipment {sid}?", dest, "destination", anchor=sid),
+        QuestionAnswer("Who prepared the shipment log?", preparer, "preparer"),
+        QuestionAnswer("What is the log ID?", report_id, "log_id"),
     ]
     return _Doc("table", f"Shipment log of {company}", blocks, qas)
 
@@ -417,16 +389,16 @@ def _report(g: _Gen) -> _Doc:
     ]
     m = _amount_variants
     qas = [
-        _QA("Who prepared the report?", author, "author"),
-        _QA("What is the report number?", rpt, "report_number"),
-        _QA("When was the report issued?", issued, "issued"),
-        _QA(f"What was the revenue for Q{q}?", revenue, "revenue", m(revenue)),
-        _QA(f"What was the revenue in Q{q - 1}?", prev, "previous_revenue", m(prev)),
-        _QA("What budget did the board approve for the next quarter?", budget, "budget", m(budget)),
-        _QA(f"Who leads project {project}?", lead, "project_lead"),
-        _QA(f"Who sponsors project {project}?", sponsor, "project_sponsor"),
-        _QA("When is the next review meeting?", review, "next_review"),
-        _QA(f"What is the headcount of the {dept} department?", headcount, "headcount"),
+        QuestionAnswer("Who prepared the report?", author, "author"),
+        QuestionAnswer("What is the report number?", rpt, "report_number"),
+        QuestionAnswer("When was the report issued?", issued, "issued"),
+        QuestionAnswer(f"What was the revenue for Q{q}?", revenue, "revenue", m(revenue)),
+        QuestionAnswer(f"What was the revenue in Q{q - 1}?", prev, "previous_revenue", m(prev)),
+        QuestionAnswer("What budget did the board approve for the next quarter?", budget, "budget", m(budget)),
+        QuestionAnswer(f"Who leads project {project}?", lead, "project_lead"),
+        QuestionAnswer(f"Who sponsors project {project}?", sponsor, "project_sponsor"),
+        QuestionAnswer("When is the next review meeting?", review, "next_review"),
+        QuestionAnswer(f"What is the headcount of the {dept} department?", headcount, "headcount"),
     ]
     return _Doc("report", f"{dept} quarterly report of {company}", blocks, qas)
 
@@ -469,236 +441,3 @@ def generate_document(kind: str, rng: random.Random, n_pages: int) -> dict:
         blocks.append(_filler_block(g, f"Appendix {chr(ord('A') + len(blocks) - len(doc.blocks))}"))
     pages, titles = _paginate(blocks, n_pages)
     return {"kind": kind, "title": doc.title, "pages": pages, "page_titles": titles, "qas": doc.qas}
-
-
-# ----------------------------------------------------------------------------------------------
-# Env
-# ----------------------------------------------------------------------------------------------
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-@dataclass
-class DocQAConfig:
-    doc_types: list[str] = opt(list(DOC_TYPES), f"Document kinds to draw from: any of {', '.join(DOC_TYPES)}.")
-    min_pages: int = opt(2, "Fewest pages per document (>= 1).")
-    max_pages: int = opt(4, "Most pages per document (<= 6).")
-    metric: str = opt("anls", "Reward metric: anls (DocVQA's, threshold below) or exact.")
-    anls_threshold: float = opt(0.5, "ANLS: a normalised edit distance at or above this scores 0.")
-    max_turns: int = opt(6, "Turns per episode (tool calls and the answer all count).")
-    show_first_page: bool = opt(False, "Include page 1 in the first observation.")
-    max_search_results: int = opt(5, "Most matching lines a search returns.")
-    max_observation_chars: int = opt(1500, "Tool output longer than this is cut.")
-
-    def __post_init__(self) -> None:
-        kinds = self.doc_types
-        if not isinstance(kinds, (list, tuple)) or not kinds or not all(k in DOC_TYPES for k in kinds):
-            raise ConfigError(f"docqa.doc_types must be a non-empty list drawn from {list(DOC_TYPES)}, got {kinds!r}")
-        self.doc_types = list(dict.fromkeys(kinds))
-        for name in ("min_pages", "max_pages", "max_turns", "max_search_results", "max_observation_chars"):
-            if not _is_int(getattr(self, name)):
-                raise ConfigError(f"docqa.{name} must be an integer, got {getattr(self, name)!r}")
-        if not 1 <= self.min_pages <= self.max_pages <= 6:
-            raise ConfigError(
-                f"docqa.min_pages/max_pages must satisfy 1 <= min <= max <= 6, got {self.min_pages}/{self.max_pages}"
-            )
-        if self.metric not in METRICS:
-            raise ConfigError(f"docqa.metric must be one of {list(METRICS)}, got {self.metric!r}")
-        if isinstance(self.anls_threshold, bool) or not isinstance(self.anls_threshold, (int, float)) or not (
-            0 < self.anls_threshold <= 1
-        ):
-            raise ConfigError(f"docqa.anls_threshold must be in (0, 1], got {self.anls_threshold!r}")
-        if self.max_turns < 1:
-            raise ConfigError(f"docqa.max_turns must be >= 1, got {self.max_turns}")
-        if self.max_search_results < 1:
-            raise ConfigError(f"docqa.max_search_results must be >= 1, got {self.max_search_results}")
-        if self.max_observation_chars < 100:
-            raise ConfigError(f"docqa.max_observation_chars must be >= 100, got {self.max_observation_chars}")
-        if not isinstance(self.show_first_page, bool):
-            raise ConfigError(f"docqa.show_first_page must be true or false, got {self.show_first_page!r}")
-
-
-class DocQAEnv(Env):
-    """Answer a question about a generated multi-page document using page tools."""
-
-    name = "docqa"
-    Config = DocQAConfig
-
-    def __init__(self, config: DocQAConfig | None = None):
-        super().__init__(config)
-        self.config: DocQAConfig
-
-    @property
-    def max_turns(self) -> int:
-        return self.config.max_turns
-
-    @property
-    def system_prompt(self) -> str:
-        return "\n".join([
-            "Answer a question about a document. You cannot see the document; use the tools.",
-            "Each reply must be ONE of these lines:",
-            "list_pages   (shows the page titles)",
-            "read_page <n>   (example: read_page 2)",
-            "search <words>   (example: search due date)",
-            "answer: <text copied exactly from the document>",
-            f"You have {self.config.max_turns} turns; reply with answer: before they run out.",
-        ])
-
-    def tasks(self, split: str, n: int, seed: int) -> list[Task]:
-        check_split(split)
-        if not _is_int(n) or n < 0:
-            raise ValueError(f"n must be a non-negative integer, got {n!r}")
-        c = self.config
-        out: list[Task] = []
-        seen: set[str] = set()
-        attempt = 0
-        while len(out) < n:
-            if attempt > 200 * n + 1000:
-                raise RuntimeError(f"docqa: could not draw {n} distinct {split} tasks")
-            rng = random.Random(stable_int(f"esopt-docqa|{split}|{seed}|{attempt}"))
-            attempt += 1
-            kind = rng.choice(c.doc_types)
-            doc = generate_document(kind, rng, rng.randint(c.min_pages, c.max_pages))
-            qa: _QA = rng.choice(doc["qas"])
-            text = "\n\f\n".join(doc["pages"])
-            key = f"{text}\n\f\n{qa.question}"
-            if key in seen or hash_split("docqa", key) != split:
-                continue
-            seen.add(key)
-            anchor = qa.anchor or qa.answer
-            page = next(
-                i for i, p in enumerate(doc["pages"], 1)
-                if any(qa.answer in line and anchor in line for line in p.split("\n"))
-            )
-            out.append(Task(
-                id=f"docqa-{kind}-{short_hash(key)}",
-                data={
-                    "kind": kind, "title": doc["title"], "pages": doc["pages"],
-                    "page_titles": doc["page_titles"], "question": qa.question,
-                    "answers": qa.golds(), "field": qa.field, "answer_page": page,
-                },
-            ))
-        return out
-
-    def oracle(self, task: Task):
-        """Read the page that holds the answer (when there are turns for it), then answer with its span."""
-        reading = [f"read_page {task.data['answer_page']}"] if self.max_turns > 1 else []
-        actions = iter([*reading, f"answer: {task.data['answers'][0]}"])
-        return lambda observation: next(actions)
-
-    def start(self, task: Task) -> "DocQAEpisode":
-        return DocQAEpisode(self, task)
-
-
-_INT = re.compile(r"-?\d+")
-
-
-class DocQAEpisode(Episode):
-    def __init__(self, env: DocQAEnv, task: Task):
-        self.env = env
-        self.config: DocQAConfig = env.config
-        self.task = task
-        self.pages: list[str] = list(task.data["pages"])
-        self.titles: list[str] = list(task.data.get("page_titles") or [f"page {i}" for i in range(1, len(self.pages) + 1)])
-        self.golds: list[str] = list(task.data["answers"])
-        self.turn = 0
-        self.tool_calls = 0
-        self.done = False
-        n = len(self.pages)
-        obs = [
-            f"Document: {task.data.get('title', 'untitled')} ({n} page{'s' if n != 1 else ''}).",
-            f"Question: {task.data['question']}",
-        ]
-        if self.config.show_first_page and self.pages:
-            obs.append(f"Page 1 of {n}:\n{self.pages[0]}")
-        obs.append("Use list_pages, read_page <n> or search <words>; reply answer: <text> when you know.")
-        self._observation = "\n".join(obs)
-
-    @property
-    def observation(self) -> str:
-        return self._observation
-
-    def _list_pages(self) -> str:
-        return "Pages:\n" + "\n".join(f"{i}: {t}" for i, t in enumerate(self.titles, 1))
-
-    def _read_page(self, arg: str) -> tuple[str, bool]:
-        n = len(self.pages)
-        m = _INT.search(arg or "")
-        if not m or len(m.group()) > 6:
-            return f"read_page needs a page number 1-{n}, e.g. read_page 1", False
-        k = int(m.group())
-        if not 1 <= k <= n:
-            return f"There is no page {k}; pages are 1-{n}.", False
-        return truncate(f"Page {k} of {n}:\n{self.pages[k - 1]}", self.config.max_observation_chars), True
-
-    def _search(self, arg: str) -> tuple[str, bool]:
-        q = " ".join((arg or "").split()).strip("\"'`")
-        if not q:
-            return "search needs some words, e.g. search total", False
-        if len(q) > 200:
-            return "search text too long (max 200 characters)", False
-        hits = self._hits(q)
-        if not hits and q.lower().startswith("for "):
-            q = q[4:].strip()
-            hits = self._hits(q)
-        if not hits:
-            return f"No lines contain '{q}'.", True
-        k = self.config.max_search_results
-        lines = [f"p{p}: {truncate(line, 200)}" for p, line in hits[:k]]
-        if len(hits) > k:
-            lines.append(f"... and {len(hits) - k} more")
-        return truncate(f"Lines containing '{q}':\n" + "\n".join(lines), self.config.max_observation_chars), True
-
-    def _hits(self, q: str) -> list[tuple[int, str]]:
-        ql = q.lower()
-        return [
-            (p, line) for p, page in enumerate(self.pages, 1) for line in page.split("\n")
-            if ql in " ".join(line.split()).lower()
-        ]
-
-    def step(self, action: str) -> StepResult:
-        if self.done:
-            return StepResult(self._observation, 0.0, True, {"invalid": True, "error": "the episode is already over"})
-        c = self.config
-        self.turn += 1
-        info: dict = {"invalid": False, "turn": self.turn}
-        act = parse_action(action, TOOLS)
-        if act.kind == ANSWER and act.arg.strip():
-            pred = act.arg.strip()
-            a = anls(pred, self.golds, threshold=c.anls_threshold)
-            e = exact_match(pred, self.golds)
-            reward = a if c.metric == "anls" else e
-            self.done = True
-            info.update(success=e == 1.0, answer=pred, anls=a, exact=e, tool_calls=self.tool_calls)
-            self._observation = ("Correct!" if e == 1.0 else "Answer recorded.") + " The episode is over."
-            return StepResult(self._observation, float(reward), True, info)
-        if act.kind == TOOL:
-            self.tool_calls += 1
-            info["tool"] = act.tool
-            if act.tool == "list_pages":
-                feedback, ok = self._list_pages(), True
-            elif act.tool == "read_page":
-                feedback, ok = self._read_page(act.arg)
-            else:
-                feedback, ok = self._search(act.arg)
-            if not ok:
-                info["invalid"] = True
-                info["error"] = feedback
-        else:
-            info["invalid"] = True
-            info["error"] = "empty answer" if act.kind == ANSWER else (act.error or "unreadable reply")
-            feedback = (
-                f"Invalid reply ({info['error']}). Reply with one of: list_pages | read_page <n> | "
-                "search <words> | answer: <text>"
-            )
-        if self.turn >= c.max_turns:
-            self.done = True
-            info.update(success=False, answer=None, anls=0.0, exact=0.0, tool_calls=self.tool_calls)
-            self._observation = f"{feedback}\nOut of turns without an answer. The episode is over."
-            return StepResult(self._observation, 0.0, True, info)
-        left = c.max_turns - self.turn
-        note = "Last turn: reply with answer: <text>." if left == 1 else f"Turns left: {left}."
-        self._observation = f"{feedback}\n{note}"
-        return StepResult(self._observation, 0.0, False, info)
