@@ -64,7 +64,7 @@ def pick_env(monkeypatch):
     """PickEnv registered as env "pick" for this test only."""
     from esopt import envs
 
-    monkeypatch.setitem(envs._REGISTRY, "pick", PickEnv)
+    monkeypatch.setitem(envs.BUILTIN_ENVS, "pick", f"{__name__}:PickEnv")
     return PickEnv
 
 
