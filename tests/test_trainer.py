@@ -28,6 +28,7 @@ def test_run_directory_contents(tmp_path, make_tiny_policy, tiny_train_config):
     assert [u.step for u in history] == [0, 1, 2, 3]
     assert history[0].sigma == 0.05 and history[-1].sigma == pytest.approx(0.01)  # cosine sigma_0 -> sigma_T
     # replay from the base weights reproduces the trained weights bit-exactly
+    assert any(not torch.equal(base[n], t) for n, t in policy.master_weights().items())  # they moved
     rebuilt = replay(base, history)
     for name, tensor in policy.master_weights().items():
         assert torch.equal(rebuilt[name], tensor), name
@@ -72,6 +73,51 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, make_tiny_policy
     assert resumed_policy.fingerprint() == reference_policy.fingerprint()
     ref_history = read_history(tmp_path / "ref" / "history.jsonl")
     assert [u.to_json() for u in read_history(tmp_path / "crash" / "history.jsonl")] == [u.to_json() for u in ref_history]
+
+
+@pytest.mark.parametrize("point", ["after_history_write", "mid_checkpoint"])
+def test_resume_after_a_crash_at_any_point_of_a_step(tmp_path, make_tiny_policy, monkeypatch, tiny_train_config, point):
+    """The run is killed right after step 2's update reached history.jsonl (before its metrics and
+    checkpoint), or while the checkpoint after step 2 is being written (its files half there, no
+    esopt.json); the resumed run ends with the uninterrupted run's weights and history.
+    (A crash before the history write: test_resume_after_crash_matches_uninterrupted_run.)"""
+    from esopt.es.history import HistoryWriter
+
+    reference = make_tiny_policy()
+    base = reference.fingerprint()
+    ESTrainer.start(tiny_train_config(tmp_path, "ref", checkpoint_every=1), policy=reference, console=_quiet()).run()
+    assert reference.fingerprint() != base
+
+    crashing = make_tiny_policy()
+    if point == "after_history_write":
+        original_append = HistoryWriter.append
+
+        def append_then_crash(self, update):
+            original_append(self, update)
+            if update.step == 1:
+                raise KeyboardInterrupt("killed after the history write")
+
+        monkeypatch.setattr(HistoryWriter, "append", append_then_crash)
+    else:
+        original_save = crashing.save
+
+        def save_then_crash(path):
+            original_save(path)
+            if path.endswith("step_00002"):
+                raise KeyboardInterrupt("killed mid-checkpoint")  # weights written, esopt.json not yet
+
+        monkeypatch.setattr(crashing, "save", save_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        ESTrainer.start(tiny_train_config(tmp_path, "crash", checkpoint_every=1), policy=crashing, console=_quiet()).run()
+    monkeypatch.undo()
+    assert len(read_history(tmp_path / "crash" / "history.jsonl")) == 2
+    assert [k for k, _ in checkpoints(tmp_path / "crash")] == [1]  # an incomplete checkpoint does not count
+
+    resumed = make_tiny_policy()
+    ESTrainer.resume(tmp_path / "crash", policy=resumed, console=_quiet()).run()
+    assert resumed.fingerprint() == reference.fingerprint()
+    history = [u.to_json() for u in read_history(tmp_path / "crash" / "history.jsonl")]
+    assert history == [u.to_json() for u in read_history(tmp_path / "ref" / "history.jsonl")]
 
 
 def test_existing_run_is_not_overwritten(tmp_path, make_tiny_policy, tiny_train_config):
