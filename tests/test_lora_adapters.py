@@ -10,7 +10,7 @@ import torch
 
 from esopt.es import FullNoise, LowRankNoise, Member, Scope, perturb_tensor
 from esopt.policy.lora import PEFT_PREFIX, adapter_problem, adapter_tensors, engine_lora_rank, write_adapter
-from esopt.policy.models import tiny_llama
+from tiny_models import tiny_llama
 
 
 def _master():

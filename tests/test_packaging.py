@@ -46,7 +46,7 @@ def _run(args, cwd, env):
 def test_wheel_installs_and_trains_by_config_name_outside_the_checkout(tmp_path):
     """Build the wheel, install it (no deps: they are this venv's) into a target directory, and from an
     empty directory list the configs and train one ES step on a tiny model by config name."""
-    from esopt.policy.models import tiny_llama
+    from tiny_models import tiny_llama
 
     dist = tmp_path / "dist"
     _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)], ROOT, os.environ)

@@ -40,7 +40,7 @@ from typing import Any
 
 from esopt.confutil import ConfigError, cache_root, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
-from esopt.envs.tools import hash_split, short_hash, stable_int
+from esopt.envs.splits import hash_split, short_hash, stable_int
 
 MIXTURE_HELP = "name:weight,... (weight 1 when left out)"
 _RESERVED_OPTIONS = {"seed", "size"}
