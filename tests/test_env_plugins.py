@@ -53,7 +53,7 @@ def test_a_plugin_never_replaces_a_built_in_env(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.warns(UserWarning, match="ignoring plugin 'sudoku'.* from package impostor"):
         assert env_names().count("sudoku") == 1
-    assert env_class("sudoku").__module__ == "esopt.envs.sudoku" and env_origin("sudoku") == "built-in env 'sudoku'"
+    assert env_class("sudoku").__module__.startswith("esopt.envs.sudoku") and env_origin("sudoku") == "built-in env 'sudoku'"
 
 
 def test_module_class_references_and_their_errors():

@@ -49,6 +49,9 @@ def test_wandb_logs_offline_when_the_server_cannot_be_reached(tmp_path, monkeypa
     logger = MetricsLogger(tmp_path, "wandb", {"es": {"sigma": 0.01}})
     logger.log(1, STEP_VALUES)
     logger.close()
+    import wandb
+
+    wandb.teardown()  # stops W&B's service process, which would outlive the test as a stray child
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     record = next(runs[0].glob("*.wandb"))
