@@ -336,12 +336,19 @@ def test_report_gap_ratio_gain(tmp_path):
     run_ahd(_config(tmp_path, method="sample", budget=2, run_name="s"), policy=bad)
     run_ahd(_config(tmp_path, method="agentic-esopt+sample", budget=2, run_name="a"), policy=good)
     text = compare_runs([tmp_path / "s", tmp_path / "a"])
-    assert "tsp20" in text and "best-known: nearest neighbour + 2-opt" in text
+    assert "tsp20" in text and "near-optimal: LKH-3" in text
     line = next(ln for ln in text.splitlines() if ln.strip().startswith("agentic-esopt+sample"))
-    target = json.loads((tmp_path / "s" / "reference.json").read_text())["two_opt"]
+    reference = json.loads((tmp_path / "s" / "reference.json").read_text())
+    target = reference["optimum"]
     g_s = abs(load_run(tmp_path / "s").best - target)
     g_a = abs(load_run(tmp_path / "a").best - target)
     assert f"vs sample {g_s / g_a - 1:+.3f}" in line
+    table = {ln[:24].strip(): ln[24:].split() for ln in text.split("\n\n")[0].splitlines()[1:]}  # the Table 5 layout
+    assert table[""] == ["tsp20"]
+    assert table["Greedy Construct"] == [f"{reference['greedy']:.4f}"] and table["Optimal"] == [f"{target:.4f}"]
+    assert table["Sample"] == [f"{load_run(tmp_path / 's').best:.4f}"]
+    assert table["Agentic ESOpt + Sample"] == [f"{load_run(tmp_path / 'a').best:.4f}"]
+    assert table["Gain"] == [f"{g_s / g_a - 1:+.3f}"]
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

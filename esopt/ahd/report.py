@@ -14,7 +14,7 @@ import yaml
 
 from esopt.confutil import ConfigError
 
-__all__ = ["RunRecord", "load_run", "reference_target", "gap_ratio_gain", "write_run_report", "compare_runs"]
+__all__ = ["RunRecord", "load_run", "reference_target", "gap_ratio_gain", "write_run_report", "compare_runs", "paper_table"]
 
 
 class RunRecord:
@@ -81,7 +81,9 @@ def reference_target(task: str, reference: dict) -> tuple[float | None, str]:
     """(value, label) that gaps are measured against: the exact optimum where the task knows it,
     else the best-known value its reference provides (labelled as such); (None, why) if neither."""
     if reference.get("optimum") is not None:
-        if task.startswith("admissible"):
+        if reference.get("optimum_source"):
+            return float(reference["optimum"]), reference["optimum_source"]
+        if task.startswith("admissible"):  # run directories written before references named their source
             return float(reference["optimum"]), "best-known (FunSearch)"
         return float(reference["optimum"]), "optimum (exact)"
     if reference.get("two_opt") is not None:
@@ -198,44 +200,93 @@ def write_run_report(run_dir: str | Path) -> dict:
     return {"report": str(d / "report.md"), "plot": str(plot) if has_plot else None}
 
 
+METHOD_ORDER = ("sample", "agentic-esopt+sample", "eoh", "agentic-esopt+eoh")
+METHOD_LABELS = {"sample": "Sample", "agentic-esopt+sample": "Agentic ESOpt + Sample", "eoh": "EoH",
+                 "agentic-esopt+eoh": "Agentic ESOpt + EoH"}
+
+
+def _method_rows(runs: list[RunRecord], target: float | None) -> dict[str, dict]:
+    """Per method: runs, mean best objective, mean gap to `target`, validity, seconds, incomplete runs."""
+    by_method: dict[str, list[RunRecord]] = defaultdict(list)
+    for r in runs:
+        by_method[r.method].append(r)
+    rows = {}
+    for method, rs in by_method.items():
+        bests = [r.best for r in rs]
+        gaps = [gap(b, target) for b in bests]
+        valid_bests = [b for b in bests if b is not None]
+        rows[method] = {
+            "runs": len(rs),
+            "best": mean(valid_bests) if valid_bests else None,
+            "gap": mean(gaps) if gaps and all(g is not None for g in gaps) else None,
+            "valid": mean(r.valid_rate for r in rs),
+            "seconds": mean(r.summary["seconds"] for r in rs) if all(r.summary.get("seconds") is not None for r in rs) else None,
+            "incomplete": sum(not r.complete for r in rs),
+        }
+    return rows
+
+
+def _ordered(rows: dict) -> list[str]:
+    return [m for m in METHOD_ORDER if m in rows] + sorted(m for m in rows if m not in METHOD_ORDER)
+
+
+def _baseline_gain(method: str, rows: dict) -> float | None:
+    """An Agentic ESOpt variant's gap-ratio gain over the method it co-evolves with (None if either is missing)."""
+    base = method.split("+")[-1] if method.startswith("agentic-esopt+") else None
+    if base not in rows:
+        return None
+    return gap_ratio_gain(rows[base]["gap"], rows[method]["gap"])
+
+
+def paper_table(columns: list[dict]) -> str:
+    """The layout of the Agentic ESOpt paper's Table 5: one column per task; rows Greedy Construct, Optimal,
+    each method's objective (mean best over runs), and under each Agentic ESOpt variant its gap-ratio gain
+    gap(baseline)/gap(method) - 1 over its baseline method, gaps measured to the Optimal row."""
+    methods: list[str] = []
+    for column in columns:
+        methods += [m for m in _ordered(column["rows"]) if m not in methods]
+    methods = [m for m in METHOD_ORDER if m in methods] + [m for m in methods if m not in METHOD_ORDER]
+    lines = [("", [c["name"] for c in columns]),
+             ("Greedy Construct", [_fmt(c["greedy"], ".4f") for c in columns]),
+             ("Optimal", [_fmt(c["target"], ".4f") for c in columns])]
+    for method in methods:
+        lines.append((METHOD_LABELS.get(method, method),
+                      [_fmt(c["rows"][method]["best"], ".4f") if method in c["rows"] else "-" for c in columns]))
+        if method.startswith("agentic-esopt+"):
+            gains = [_baseline_gain(method, c["rows"]) if method in c["rows"] else None for c in columns]
+            lines.append(("  Gain", [_fmt(g, "+.3f") if g is not None else "-" for g in gains]))
+    width = max(12, *(len(c["name"]) + 2 for c in columns))
+    out = [f"{label:24s}" + "".join(f"{cell:>{width}s}" for cell in cells) for label, cells in lines]
+    out.append("Optimal: " + "; ".join(f"{c['name']}: {c['label']}" for c in columns) + ".")
+    return "\n".join(out)
+
+
 def compare_runs(run_dirs: list[str | Path], plot: str | None = None) -> str:
-    """A per-task comparison table of runs (text). Runs of one task that share evaluation instances
-    and budget are compared; several seeds of a method are averaged."""
+    """The Table 5 layout over every task with results, then a per-task comparison of runs (text). Runs of
+    one task that share evaluation instances and budget are compared; several seeds of a method are averaged."""
     records = [load_run(d) for d in run_dirs]
     groups: dict[tuple, list[RunRecord]] = defaultdict(list)
     for r in records:
         groups[r.group].append(r)
+    tasks_seen = [key[0] for key in groups]
+    columns: list[dict] = []
     out: list[str] = []
     for (task, eval_seed, n_inst, budget), runs in sorted(groups.items(), key=lambda kv: str(kv[0])):
         ref = runs[0].reference
         target, label = reference_target(task, ref)
         greedy = ref.get("greedy")
+        rows = _method_rows(runs, target)
+        name = task if tasks_seen.count(task) == 1 else f"{task} (seed {eval_seed}, {n_inst} inst, T={budget})"
+        columns.append({"name": name, "greedy": greedy, "target": target, "label": label, "rows": rows})
         out.append(f"== {task}  (sense {ref.get('sense')}, {n_inst} instance(s), eval seed {eval_seed}, budget {budget})")
         out.append(f"   reference: {label}: {_fmt(target)}")
         out.append(f"   greedy ({ref.get('greedy_name')}): {_fmt(greedy)}   gap {_fmt(gap(greedy, target))}")
-        by_method: dict[str, list[RunRecord]] = defaultdict(list)
-        for r in runs:
-            by_method[r.method].append(r)
-        rows = {}
-        for method, rs in by_method.items():
-            bests = [r.best for r in rs]
-            gaps = [gap(b, target) for b in bests]
-            valid_bests = [b for b in bests if b is not None]
-            rows[method] = {
-                "runs": len(rs),
-                "best": mean(valid_bests) if valid_bests else None,
-                "gap": mean(gaps) if gaps and all(g is not None for g in gaps) else None,
-                "valid": mean(r.valid_rate for r in rs),
-                "seconds": mean(r.summary["seconds"] for r in rs) if all(r.summary.get("seconds") is not None for r in rs) else None,
-                "incomplete": sum(not r.complete for r in rs),
-            }
         header = f"   {'method':24s} {'runs':>4s} {'best':>10s} {'gap':>9s} {'gain vs baseline':>17s} {'gain vs greedy':>15s} {'valid':>6s} {'seconds':>8s}"
         out.append(header)
-        order = [m for m in ("sample", "agentic-esopt+sample", "eoh", "agentic-esopt+eoh") if m in rows]
-        for method in order:
+        for method in _ordered(rows):
             row = rows[method]
             base = method.split("+")[-1] if method.startswith("agentic-esopt+") else None
-            gain = gap_ratio_gain(rows[base]["gap"], row["gap"]) if base in rows else None
+            gain = _baseline_gain(method, rows)
             gain_txt = ("vs " + base + " " + _fmt(gain, "+.3f")) if base in rows else ("(baseline)" if base is None else f"no {base} run")
             g_greedy = gap_ratio_gain(gap(greedy, target), row["gap"])
             seconds = _fmt(row["seconds"], ".0f")
@@ -250,4 +301,4 @@ def compare_runs(run_dirs: list[str | Path], plot: str | None = None) -> str:
             out.append(f"plot: {plot}")
         else:
             out.append("plot: matplotlib is not installed")
-    return "\n".join(out)
+    return "\n".join(["Table 5 layout (objective: mean best over runs)", paper_table(columns), "", *out])

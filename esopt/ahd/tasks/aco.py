@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from esopt.ahd.tasks.base import AHDTask, CandidateError, task_rng
+from esopt.ahd.tasks.constructive import lkh_available, lkh_lengths
 from esopt.ahd.tasks.driver import decode_array
 from esopt.sandbox import Limits
 
@@ -202,6 +203,7 @@ class AcoTSP(AcoTask):
     args = ("distance_matrix",)
     signature = "def heuristics(distance_matrix: np.ndarray) -> np.ndarray:"
     greedy_name = "inverse distance (1/d)"
+    optimum_source = "near-optimal: LKH-3 (elkai)"
     greedy_code = '''\
 import numpy as np
 
@@ -232,6 +234,10 @@ def heuristics(distance_matrix):
 
     def _shape(self, inst):
         return (self.size, self.size)
+
+    def optimum(self, seed, n):
+        """Mean LKH-3 tour length (near-optimal; None without elkai)."""
+        return float(np.mean(lkh_lengths(self.name, self.instances(seed, n)))) if lkh_available() else None
 
     def _colony(self, inst, eta, rng):
         return aco_tsp(inst["distance_matrix"], eta, self.n_ants, self.n_iterations, rng)

@@ -321,6 +321,7 @@ class AdmissibleSetSymmetric(AHDTask):
     function_name = "priority"
     signature = "def priority(el: tuple[int, ...], n: int, w: int) -> float:"
     greedy_name = "number of groups with 3 rotations (symbols 1-4), ties lexicographic"
+    optimum_source = "best-known (FunSearch)"
     greedy_code = REFERENCE_PRIORITY
     template = '''\
 def priority(el, n, w):

@@ -21,6 +21,7 @@ class AdmissibleSet(AHDTask):
     function_name = "priority"
     signature = "def priority(el: tuple[int, ...], n: int, w: int) -> float:"
     greedy_name = "constant priority (lexicographic order)"
+    optimum_source = "best-known (FunSearch)"
     greedy_code = '''\
 def priority(el, n, w):
     """Trivial priority: every vector equal, so the greedy visits them in lexicographic order."""

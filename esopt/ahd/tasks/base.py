@@ -61,6 +61,8 @@ class AHDTask(abc.ABC):
     greedy_code: str
     """The built-in baseline heuristic whose objective is `reference()["greedy"]`."""
     greedy_name: str = "greedy"
+    optimum_source: str | None = None
+    """What `optimum()` is (e.g. "optimum: exact DP", "near-optimal: LKH-3 (elkai)"); reports label it so."""
     sense: ClassVar[str] = "min"
     entry: ClassVar[str]
     default_instances: int = 8
@@ -120,6 +122,7 @@ class AHDTask(abc.ABC):
                 raise RuntimeError(f"{self.name}: the built-in baseline failed: {ev.reason}")
             ref = {"greedy": ev.objective, "greedy_name": self.greedy_name,
                    "greedy_per_instance": ev.per_instance, "optimum": self.optimum(seed, n),
+                   "optimum_source": self.optimum_source,
                    "sense": self.sense}
             ref.update(self.extra_reference(seed, n))
             self._ref_cache[key] = ref
