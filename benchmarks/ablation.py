@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from statistics import median
 
 import yaml
 
@@ -61,7 +62,7 @@ def row(run_dir: Path, reference: dict) -> str:
     if (run_dir / "history.jsonl").exists():
         t = tie_summary(read_history(run_dir / "history.jsonl"))
         ties = f"{t['fraction']:.0%}" if t["steps"] else "-"
-    step_s = sorted(r["time/step_s"] for r in train)[len(train) // 2] if train else float("nan")
+    step_s = median(r["time/step_s"] for r in train) if train else float("nan")
     peak = max((r.get("mem/peak_rss_mb", 0) for r in train), default=0) / 1024
     before = rate(evals[0]["eval/success"]) if evals else "-"
     after = f"{rate(evals[-1]['eval/success'])} (step {evals[-1]['step']})" if len(evals) > 1 else "-"

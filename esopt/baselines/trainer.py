@@ -41,7 +41,7 @@ from esopt.es import derive_seed
 from esopt.policy.hf import HFPolicy
 from esopt.rollout import Trajectory, rollout
 from esopt.runconfig import parse_config
-from esopt.train.forgetting import probe
+from esopt.train.forgetting import log_probe
 from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
 from esopt.train.report import print_summary
 
@@ -286,10 +286,6 @@ class PGTrainer:
         (path / "esopt.json").write_text(json.dumps({"updates": updates, "fingerprint": self.policy.fingerprint()}))
         return path
 
-    def log_probe(self, step: int) -> None:
-        if self.config.probe_tasks:
-            self.metrics.log(step, probe(self.policy, self.config.env.name, self.config.rollout, self.config.probe_tasks))
-
     def run(self) -> dict:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -297,7 +293,7 @@ class PGTrainer:
         started = time.perf_counter()
         self.metrics = MetricsLogger(self.run_dir, cfg.report_to, to_dict(cfg))
         self.evaluate(0)
-        self.log_probe(0)
+        log_probe(self.metrics, self.policy, cfg, 0)
         last_eval = 0
         done = 0
         columns = [
@@ -324,7 +320,7 @@ class PGTrainer:
                     last_eval = done
         if last_eval != done:
             self.evaluate(done)
-        self.log_probe(done)
+        log_probe(self.metrics, self.policy, cfg, done)
         if cfg.save_checkpoint:
             self.save_checkpoint(done)
         self.metrics.close()

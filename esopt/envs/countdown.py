@@ -15,8 +15,8 @@ target; a correct answer therefore scores 1.1, a well-formed wrong one 0.1, anyt
   target.
 
 Trivial policy: answering with the target itself is correct whenever the target is one of the given
-numbers (about one puzzle in eight of the default generator under the at-most-once rule; never under
-`use_all_numbers`). The base model does exactly that; `trivial_baseline` reports its rate.
+numbers (8 of 64 val puzzles with three numbers up to 20 and targets 5-40, configs/learn_countdown.yaml's
+generator, under the at-most-once rule; never under `use_all_numbers`). The base model does exactly that; `trivial_baseline` reports its rate.
 
 Number rule. By default each number may be used *at most once* (this brief's rule; the original
 Countdown game's rule). reasoning-gym's own scorer, the ES-at-Scale code and TinyZero instead

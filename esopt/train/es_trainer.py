@@ -26,7 +26,7 @@ from esopt.policy.base import Policy
 from esopt.rollout import RolloutConfig, rollout
 from esopt.train.config import TrainConfig, load_config
 from esopt.train.diagnostics import BaseSnapshot, trained_names
-from esopt.train.forgetting import probe
+from esopt.train.forgetting import log_probe
 from esopt.train.logging import MetricsLogger, peak_rss_mb, read_metrics, write_trajectories
 from esopt.train.report import write_report
 
@@ -285,11 +285,6 @@ class ESTrainer:
             f"({result.seconds:.0f}s)"
         )
 
-    def _log_probe(self, step: int) -> None:
-        if self.config.probe_tasks:
-            values = probe(self.policy, self.config.env.name, self.config.rollout, self.config.probe_tasks)
-            self.metrics.log(step, values)
-
     def run(self) -> dict:
         self.metrics = MetricsLogger(self.run_dir, self.config.report_to, to_dict(self.config))
         # The policy holds the base weights until _restore_progress moves it (also on resume), and the
@@ -309,7 +304,7 @@ class ESTrainer:
             self.console.print(f"resuming {self.run_dir} after {done} of {cfg.steps} steps")
         else:
             self._log_eval(self.evaluate(0))
-            self._log_probe(0)
+            log_probe(self.metrics, self.policy, cfg, 0)
         last_eval = max((r["step"] for r in read_metrics(self.run_dir) if "eval/success" in r), default=-1)
         columns = [
             TextColumn("[progress.description]{task.description}"),
@@ -339,8 +334,7 @@ class ESTrainer:
             self._log_eval(self.evaluate(cfg.steps))
         if not any(k == cfg.steps for k, _ in checkpoints(self.run_dir)):
             self.save_checkpoint(cfg.steps)
-        if not any("probe/other_env_success" in r and r["step"] == cfg.steps for r in read_metrics(self.run_dir)):
-            self._log_probe(cfg.steps)
+        log_probe(self.metrics, self.policy, cfg, cfg.steps)
         self.history.close()
         self.metrics.close()
         sigma_final = cfg.es.sigma_final if self.strategy.sigma_decays else cfg.es.sigma

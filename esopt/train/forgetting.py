@@ -76,14 +76,12 @@ def general_loglik(policy, pairs: tuple[tuple[str, str], ...] = GENERAL_PAIRS) -
     return total / count
 
 
-def other_env(trained_env: str):
-    """The env a run is probed on: one the run did not train on, in a small fixed setting."""
-    from esopt.envs import make_env
-
+def other_env_spec(trained_env: str) -> tuple[str, dict]:
+    """The env a run is probed on (name, options): one the run did not train on, in a small fixed setting."""
     if trained_env == "sudoku":
-        return make_env("countdown", {"min_numbers": 3, "max_numbers": 3, "max_value": 20, "min_target": 5,
-                                      "max_target": 40, "multi_turn": False})
-    return make_env("sudoku", {"size": 4, "empty_cells": 1, "grammar": "legal"})
+        return "countdown", {"min_numbers": 3, "max_numbers": 3, "max_value": 20, "min_target": 5, "max_target": 40,
+                             "multi_turn": False}
+    return "sudoku", {"size": 4, "empty_cells": 1, "grammar": "legal"}
 
 
 def probe(policy, trained_env: str, rollout_config: RolloutConfig, tasks: int = 32) -> dict[str, float]:
@@ -92,7 +90,9 @@ def probe(policy, trained_env: str, rollout_config: RolloutConfig, tasks: int = 
     loglik = general_loglik(policy)
     if loglik is not None:
         out["probe/general_loglik"] = loglik
-    env = other_env(trained_env)
+    from esopt.envs import make_env
+
+    env = make_env(*other_env_spec(trained_env))
     greedy = dataclasses.replace(
         rollout_config,
         sampling=dataclasses.replace(rollout_config.sampling, temperature=0.0, max_new_tokens=24),
@@ -101,3 +101,9 @@ def probe(policy, trained_env: str, rollout_config: RolloutConfig, tasks: int = 
     result = rollout(policy, env, env.tasks("val", tasks, 0), greedy, seed=0)
     out["probe/other_env_success"] = result.metrics["success"]
     return out
+
+
+def log_probe(metrics, policy, config, step: int) -> None:
+    """Log the probe at `step` to a run's MetricsLogger, unless the run config turns it off (probe_tasks 0)."""
+    if config.probe_tasks:
+        metrics.log(step, probe(policy, config.env.name, config.rollout, config.probe_tasks))

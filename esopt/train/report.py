@@ -234,7 +234,7 @@ def diagnostics_section(summary: dict) -> list[str]:
 def forgetting_section(metrics: list[dict], trained_env: str, tasks: int) -> list[str]:
     """Markdown lines: the forgetting probe (train/forgetting.py) before and after training; empty when
     the run has no probe at both ends."""
-    from esopt.train.forgetting import other_env
+    from esopt.train.forgetting import other_env_spec
 
     probes = [r for r in metrics if "probe/other_env_success" in r]
     if len(probes) < 2:
@@ -251,7 +251,7 @@ def forgetting_section(metrics: list[dict], trained_env: str, tasks: int) -> lis
         low, high = wilson_interval(x * tasks, tasks)
         return f"{x:.3f} [{low:.3f}, {high:.3f}]"
 
-    lines += [f"| `{other_env(trained_env).name}` success, {tasks} val tasks, greedy [95% CI] | {rate(b)} | {rate(a)} | {a - b:+.3f} |", ""]
+    lines += [f"| `{other_env_spec(trained_env)[0]}` success, {tasks} val tasks, greedy [95% CI] | {rate(b)} | {rate(a)} | {a - b:+.3f} |", ""]
     return lines
 
 
