@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from esopt.confutil import ConfigError, opt
 from esopt.policy.hf import ModelConfig
 from esopt.rollout import RolloutConfig
-from esopt.runconfig import EnvRunConfig
-from esopt.train.logging import REPORT_TO_HELP, check_report_to
+from esopt.train.config import TrainingRunConfig
 
 
 @dataclass
@@ -34,7 +33,7 @@ class OptimConfig:
 
 
 @dataclass
-class PGConfig(EnvRunConfig):
+class PGConfig(TrainingRunConfig):
     model: ModelConfig = opt(ModelConfig(), "the policy model")
     rollout: RolloutConfig = opt(RolloutConfig(), "how episodes are run; evaluation uses it as is (as ES does)")
     optim: OptimConfig = opt(OptimConfig(), "optimizer and batching")
@@ -46,16 +45,9 @@ class PGConfig(EnvRunConfig):
     clip_eps_high: float | None = opt(None, "upper clip (None = clip_eps); > clip_eps is DAPO's clip-higher")
     kl_coef: float = opt(0.0, "weight of the k3 KL estimator to the frozen reference (initial) model; 0 = no reference model kept")
     eos_in_loss: bool = opt(True, "also train the end-of-turn token the model sampled to close a reply (never forced or absent ones)")
-    eval_tasks: int = opt(32, "held-out tasks per evaluation (the same tasks every time)")
-    eval_seed: int = opt(0, "seed of the held-out task set (fixed, so runs with different seeds compare)")
-    eval_split: str = opt("eval", "split of the periodic evaluation: 'eval' (held out, for reporting) or 'val' (for choosing settings)")
-    eval_every: int = opt(5, "evaluate every k steps (0 = only before and after training)")
     seed: int = opt(0, "run seed: task batches, decoding seeds and minibatch order derive from it")
     max_train_seconds: float = opt(0.0, "stop after this many seconds of training steps (evaluations excluded); 0 = no limit")
-    probe_tasks: int = opt(32, "forgetting probe before and after training: tasks of another env (0 = no probe; see train/forgetting.py)")
     save_checkpoint: bool = opt(True, "save the final weights to checkpoints/ (loadable by from_pretrained)")
-    trajectories_per_step: int = opt(2, "training episodes saved per step, besides all eval episodes")
-    report_to: str = opt("auto", REPORT_TO_HELP)
 
     method = "pg"
     run_marker = "metrics.jsonl"
@@ -65,18 +57,15 @@ class PGConfig(EnvRunConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_report_to(self.report_to)
         self.optim.validate()
         if self.model.backend != "hf":
             raise ConfigError("GRPO/PPO backpropagate through the model: they need model.backend: hf")
-        for name in ("steps", "tasks_per_step", "group_size", "eval_tasks"):
+        for name in ("steps", "tasks_per_step", "group_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "trajectories_per_step", "max_train_seconds", "kl_coef", "probe_tasks"):
+        for name in ("max_train_seconds", "kl_coef"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.eval_split not in ("val", "eval"):
-            raise ConfigError(f"eval_split must be 'val' or 'eval', got {self.eval_split!r}")
         if self.train_temperature <= 0:
             raise ConfigError(f"train_temperature must be > 0 (sampled decoding), got {self.train_temperature}")
         if not 0 < self.clip_eps < 1:

@@ -65,24 +65,42 @@ class DistSection:
 
 
 @dataclass
-class TrainConfig(EnvRunConfig):
+class TrainingRunConfig(EnvRunConfig):
+    """What ES and GRPO/PPO runs share, validated in one place: held-out evaluation, the forgetting probe,
+    saved trajectories and where metrics are reported."""
+
+    eval_tasks: int = opt(32, "held-out tasks per evaluation (the same tasks every time)")
+    eval_seed: int = opt(0, "seed of the held-out task set (fixed, so runs with different seeds compare)")
+    eval_split: str = opt("eval", "split of the periodic evaluation: 'eval' (held out, for reporting) or 'val' (for choosing settings)")
+    eval_every: int = opt(5, "evaluate every k steps (0 = only before and after training)")
+    probe_tasks: int = opt(32, "forgetting probe before and after training: tasks of another env (0 = no probe; see train/forgetting.py)")
+    trajectories_per_step: int = opt(2, "training episodes saved per step, besides all eval episodes")
+    report_to: str = opt("auto", REPORT_TO_HELP)
+
+    def validate(self) -> None:
+        super().validate()
+        check_report_to(self.report_to)
+        if self.eval_tasks < 1:
+            raise ConfigError(f"eval_tasks must be >= 1, got {self.eval_tasks}")
+        for name in ("eval_every", "trajectories_per_step", "probe_tasks"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.eval_split not in ("val", "eval"):
+            raise ConfigError(f"eval_split must be 'val' or 'eval', got {self.eval_split!r}")
+
+
+@dataclass
+class TrainConfig(TrainingRunConfig):
     model: ModelConfig = opt(ModelConfig(), "the policy model")
     es: ESConfig = opt(ESConfig(), "evolution-strategy hyperparameters")
     rollout: RolloutConfig = opt(RolloutConfig(), "how episodes are run (training and evaluation)")
     dist: DistSection = opt(DistSection(), "where members are evaluated (local or Ray workers; sync or async ES)")
     steps: int = opt(10, "ES steps (updates)")
     tasks_per_step: int = opt(8, "N: training tasks per step; every member sees the same N tasks")
-    eval_tasks: int = opt(32, "held-out tasks per evaluation (the same tasks every time)")
-    eval_seed: int = opt(0, "seed of the held-out task set (fixed, so runs with different seeds compare)")
-    eval_split: str = opt("eval", "split of the periodic evaluation: 'eval' (held out, for reporting) or 'val' (for choosing settings)")
     eval_greedy: bool = opt(True, "evaluate with greedy decoding whatever rollout.sampling says (false: evaluate with rollout.sampling)")
-    eval_every: int = opt(5, "evaluate every k steps (0 = only before and after training)")
     seed: int = opt(0, "run seed: member seeds, task batches and decoding seeds derive from it")
     checkpoint_every: int = opt(0, "save a checkpoint every k steps (0 = only the final one)")
     keep_checkpoints: int = opt(2, "how many checkpoints to keep (the newest)")
-    probe_tasks: int = opt(32, "forgetting probe before and after training: tasks of another env (0 = no probe; see train/forgetting.py)")
-    trajectories_per_step: int = opt(2, "training episodes saved per step (from member 0), besides all eval episodes")
-    report_to: str = opt("auto", REPORT_TO_HELP)
 
     run_marker = "history.jsonl"
 
@@ -94,17 +112,13 @@ class TrainConfig(EnvRunConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_report_to(self.report_to)
         self.es.validate()
         self.dist.validate(self.es)
-        for name in ("steps", "tasks_per_step", "eval_tasks"):
+        for name in ("steps", "tasks_per_step"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "checkpoint_every", "trajectories_per_step", "probe_tasks"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.eval_split not in ("val", "eval"):
-            raise ConfigError(f"eval_split must be 'val' or 'eval', got {self.eval_split!r}")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
 
