@@ -134,3 +134,18 @@ def test_action_grammar_matches_well_formed_answers_only():
     assert not re.fullmatch(single.action_regex, "calculator: 2+2")
     assert re.fullmatch(multi.action_regex, "calculator: 2+2")
     assert not re.fullmatch(single.action_regex, "I think it is 100")
+
+
+def test_closeness_reward_is_partial_credit_for_near_misses_only():
+    env = make_env("countdown", {"use_all_numbers": True, "closeness_reward": 0.5})
+    t = _task([20, 5, 3, 2], 100)
+    near = env.start(t).step("answer: 20*5-3+2")  # 99: one off
+    assert near.reward == pytest.approx(0.1 + 0.5 * (1 - 1 / 100)) and not near.info["success"]
+    far = env.start(t).step("answer: 20-5-3-2")  # 10: 90 off
+    assert far.reward == pytest.approx(0.1 + 0.5 * 0.1)
+    assert env.start(t).step("answer: 20+5*3*2+100").reward == 0.0  # 100 is not given: nothing
+    assert env.start(t).step("answer: 20*5*(3-2)").reward == pytest.approx(1.1)  # a hit gets no extra
+    overshoot = score_expression("20*5*3*2", [20, 5, 3, 2], 100, True, closeness_reward=0.5)
+    assert overshoot.reward == pytest.approx(0.1)  # 600: more than the target away earns nothing extra
+    with pytest.raises(Exception, match="closeness_reward must be >= 0"):
+        make_env("countdown", {"closeness_reward": -1})

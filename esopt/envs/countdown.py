@@ -6,6 +6,8 @@ and one reference solution. The prompt is the env's own (short, plain text).
 Reward (the ES-at-Scale paper's scheme, Qiu et al. 2025, after TinyZero): `format_reward` (0.1)
 for a well-formed answer, plus `correct_reward` (1.0) when it also evaluates exactly to the
 target; a correct answer therefore scores 1.1, a well-formed wrong one 0.1, anything else 0.
+`closeness_reward` (default 0) adds partial credit for a well-formed wrong answer near the target, a
+denser training reward; the success metric is unchanged.
 
 - Well formed: the answer parses as an arithmetic expression of whole-number literals, binary
   + - * /, and parentheses (no unary minus, no other operators or names), and every literal is
@@ -71,6 +73,11 @@ class CountdownConfig:
     max_tool_calls: int = opt(3, "Calculator calls allowed per episode when multi_turn.")
     format_reward: float = opt(0.1, "Reward for a well-formed answer (allowed numbers, + - * / only).")
     correct_reward: float = opt(1.0, "Added when the answer also evaluates to the target.")
+    closeness_reward: float = opt(
+        0.0,
+        "Dense training signal: a well-formed wrong answer also earns closeness_reward * max(0, 1 - "
+        "|value - target| / target). Success stays an exact hit.",
+    )
 
     def __post_init__(self) -> None:
         for name in ("min_numbers", "max_numbers", "min_value", "max_value", "min_target", "max_target",
@@ -98,9 +105,11 @@ class CountdownConfig:
             raise ConfigError(f"countdown.max_turns must be >= 1, got {self.max_turns}")
         if self.max_tool_calls < 0:
             raise ConfigError(f"countdown.max_tool_calls must be >= 0, got {self.max_tool_calls}")
-        for name in ("format_reward", "correct_reward"):
+        for name in ("format_reward", "correct_reward", "closeness_reward"):
             if not is_number(getattr(self, name)):
                 raise ConfigError(f"countdown.{name} must be a number, got {getattr(self, name)!r}")
+        if self.closeness_reward < 0:
+            raise ConfigError(f"countdown.closeness_reward must be >= 0, got {self.closeness_reward}")
 
 
 @dataclass
@@ -119,6 +128,7 @@ def score_expression(
     use_all_numbers: bool = False,
     format_reward: float = 0.1,
     correct_reward: float = 1.0,
+    closeness_reward: float = 0.0,
 ) -> Score:
     """Score one countdown answer (see the module docstring). Never raises."""
     if not isinstance(expression, str) or len(expression) > 1000:
@@ -150,6 +160,8 @@ def score_expression(
     if value is not None and not correct:
         error = f"evaluates to {_fmt(value)}, not {target}"
     reward = float(format_reward) + (float(correct_reward) if correct else 0.0)
+    if closeness_reward and value is not None and not correct:
+        reward += float(closeness_reward) * max(0.0, 1.0 - float(abs(value - target)) / target)
     return Score(reward, True, correct, value, error)
 
 
@@ -364,7 +376,7 @@ class CountdownEpisode(Episode):
                 act = Action(ANSWER, arg=bare, explicit=False)
         if act.kind == ANSWER and act.arg.strip():
             s = score_expression(act.arg, self.numbers, self.target, c.use_all_numbers,
-                                 c.format_reward, c.correct_reward)
+                                 c.format_reward, c.correct_reward, c.closeness_reward)
             self.done = True
             info.update(
                 success=s.correct, answer=act.arg, well_formed=s.well_formed, tool_calls=self.tool_calls,
