@@ -16,7 +16,7 @@ from esopt.envs.web import ACTION_REGEX, TEMPLATES, WebEnv, parse_action
 from esopt.envs.web.browser import find_chromium, playwright_available
 from esopt.envs.web.evaluators import exact_match, must_include, string_match, url_match
 from esopt.envs.web.oracle import Oracle
-from esopt.envs.web.site import generate_site
+from esopt.envs.web.site.state import generate_site
 from esopt.envs.web.tasks import builtin_tasks, load_task_file, site_split
 
 _CHROMIUM = find_chromium(None)

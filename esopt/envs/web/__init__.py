@@ -33,12 +33,16 @@ program_html checks run in the episode's browser through the page DOM with the t
 required_contents (WebArena's Python "func:" helpers are not available). Resetting such sites
 between episodes is up to you, as in WebArena.
 
-Config, tasks and evaluators: `env.py`, `tasks.py`, `evaluators.py`. A scripted reference solver
-for the built-in tasks: `oracle.py`.
+Read `env.py` first (the env), then `episode.py` (one task in a browser context: actions,
+observations, scoring). Settings: `config.py`; tasks: `tasks.py`; evaluators: `evaluators.py`; the
+page as text: `browser.py`; the built-in site: `site/`. A scripted reference solver for the built-in
+tasks: `oracle.py`.
 """
 
 from esopt.envs.web.actions import ACTION_REGEX, Action, parse_action
-from esopt.envs.web.env import WebConfig, WebEnv, WebEpisode
+from esopt.envs.web.config import WebConfig
+from esopt.envs.web.env import WebEnv
+from esopt.envs.web.episode import WebEpisode
 from esopt.envs.web.tasks import TEMPLATES, oracle_plan
 
 __all__ = ["ACTION_REGEX", "Action", "parse_action", "WebConfig", "WebEnv", "WebEpisode", "TEMPLATES", "oracle_plan"]

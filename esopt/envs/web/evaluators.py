@@ -29,7 +29,7 @@ import html
 import re
 import urllib.parse
 
-from esopt.envs.web.site import ORDER_STATUSES, SiteState
+from esopt.envs.web.site.state import ORDER_STATUSES, SiteState
 
 OR = " |OR| "
 

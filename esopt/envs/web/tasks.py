@@ -25,7 +25,7 @@ from esopt.confutil import ConfigError
 from esopt.envs.base import SPLITS, Task, held_out_split
 from esopt.envs.splits import short_hash, stable_int
 from esopt.envs.web.evaluators import evaluator_kind
-from esopt.envs.web.site import CATEGORIES, NOUNS, ORDER_STATUSES, REPLY_WORDS, THREAD_OPENERS, SiteState, generate_site
+from esopt.envs.web.site.state import CATEGORIES, NOUNS, ORDER_STATUSES, REPLY_WORDS, THREAD_OPENERS, SiteState, generate_site
 
 # A plan step: ("click", role, label) | ("type", role, label, text, enter) |
 # ("select", role, label, option) | ("goto", path) | ("stop", answer)
