@@ -196,7 +196,7 @@ def cmd_compare(argv: list[str]) -> int:
 
 
 def cmd_skill(argv: list[str]) -> int:
-    from esopt.experiments.skill import main
+    from esopt.experiments.skill.cli import main
 
     return main(argv)
 

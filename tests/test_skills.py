@@ -12,7 +12,9 @@ from esopt.rollout import RolloutConfig, rollout
 from esopt.skills import Edit, Patch, Skill, SkillError, SkillLimits, apply_patch, hierarchical_merge, merge
 from esopt.skills.analyst import Rejection, ScriptedAnalyst, parse_reply, reply_regex
 from esopt.skills.distill import DistillConfig, distill, read_log
-from esopt.experiments.skill import CONDITIONS, SkillExperiment, SkillRunConfig, report
+from esopt.experiments.skill.conditions import SkillExperiment
+from esopt.experiments.skill.config import CONDITIONS, SkillRunConfig
+from esopt.experiments.skill.report import report
 
 BASE = """<!-- esopt-skill v2 -->
 # Skill: demo

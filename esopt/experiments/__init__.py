@@ -1,2 +1,2 @@
 """Experiments built around the trainers: `compare.py` (ES vs GRPO vs PPO at matched budgets) and
-`skill.py` (the Trace2Skill conditions: skill documents in context, with and without ES)."""
+`skill/` (the Trace2Skill conditions: skill documents in context, with and without ES)."""

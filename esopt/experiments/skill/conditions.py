@@ -1,104 +1,27 @@
-"""Trace2Skill conditions: a skill document distilled from trajectories, placed in context, alone
-and together with Agentic ESOpt. One experiment directory holds one subdirectory per condition:
-
-- `baseline`        No Skill: the base model, evaluated as is.
-- `trace2skill`     Trace2Skill: `iterations` rounds of (roll out `trace_tasks` train tasks with the
-                    frozen model and the current skill -> distil a new skill), then evaluation with it.
-- `es`              Agentic ESOpt + No Skill: an ES run (the ordinary trainer), evaluated without a skill.
-- `es+trace2skill`  Agentic ESOpt + Trace2Skill: distil once from every saved training trajectory of
-                    the `es` run, then evaluate the ES model with that skill.
-- `coevolve`        Co-evolution: ES with the skill in context; every `skill_every` ES steps the skill
-                    is distilled again from the trajectories of those steps; evaluated with the final skill.
-
-Every condition is evaluated the same way: the same held-out tasks (eval_tasks, eval_seed), k =
-`samples` episodes per task at `eval_temperature`, scored by esopt.train.evaluate (Mean@k of the
-reward, Pass@k of success). Each condition directory holds `result.json`, `eval_trajectories.jsonl`
-and, where a skill is used, `SKILL.md`, `skill_v<N>.md` and `distill_log.jsonl`; `report.md` in
-the experiment directory puts the conditions side by side.
-
-    esopt skill run --config configs/skill_math.yaml            # every condition, then the report
-    esopt skill trace2skill --config configs/skill_math.yaml    # one condition
-    esopt skill report runs/skill_math__0
-"""
+"""Running the Trace2Skill conditions into one experiment directory (what each condition does: the
+package docstring)."""
 
 from __future__ import annotations
 
-import argparse
 import copy
-import dataclasses
 import json
 import shutil
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import ConfigError
 from esopt.envs import make_env
 from esopt.es import derive_seed
+from esopt.experiments.skill.config import CONDITIONS, LABELS, RESULT_FILE, SkillRunConfig
 from esopt.policy.base import Policy, load_checkpoint_weights
 from esopt.rollout import rollout
-from esopt.skills.analyst import Analyst, AnalystConfig, make_analyst
-from esopt.skills.distill import SKILL_FILE, DistillConfig, distill, read_log
+from esopt.skills.analyst import Analyst, make_analyst
+from esopt.skills.distill import SKILL_FILE, distill, read_log
 from esopt.skills.document import Skill, SkillError, seed_skill
-from esopt.train.config import TrainConfig
 from esopt.train.es_trainer import ESTrainer, checkpoints
 from esopt.train.evaluate import evaluate
-from esopt.runconfig import argument_parser, parse_config
-
-CONDITIONS = ("baseline", "trace2skill", "es", "es+trace2skill", "coevolve")
-LABELS = {
-    "baseline": "No Skill",
-    "trace2skill": "Trace2Skill",
-    "es": "Agentic ESOpt + No Skill",
-    "es+trace2skill": "Agentic ESOpt + Trace2Skill",
-    "coevolve": "Co-evolution (ES <-> skill)",
-}
-RESULT_FILE = "result.json"
 
 
-@dataclass
-class SkillRunConfig(TrainConfig):
-    """A TrainConfig (model, env, ES, rollout, steps, ... used by the ES conditions) plus the skill settings."""
-
-    skill: str = opt("", "starting skill document of every distillation ('' = a two-section seed document)")
-    analyst: AnalystConfig = opt(AnalystConfig(), "who proposes patches and how")
-    distill: DistillConfig = opt(DistillConfig(), "hierarchical merge and skill limits")
-    samples: int = opt(4, "k: episodes per held-out task for Mean@k / Pass@k")
-    eval_temperature: float = opt(0.7, "sampling temperature of the Mean@k / Pass@k evaluation")
-    iterations: int = opt(2, "trace2skill: rounds of (frozen-model rollouts -> distillation)")
-    trace_tasks: int = opt(16, "trace2skill: train tasks rolled out per round")
-    skill_every: int = opt(2, "coevolve: ES steps between skill updates")
-    es_run: str = opt("", "es+trace2skill: the ES run directory to distil from ('' = <experiment>/es)")
-
-    def validate(self) -> None:
-        super().validate()
-        for name in ("samples", "trace_tasks", "skill_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.iterations < 0:
-            raise ConfigError(f"iterations must be >= 0, got {self.iterations}")
-        if self.eval_temperature < 0:
-            raise ConfigError(f"eval_temperature must be >= 0, got {self.eval_temperature}")
-        if self.skill and not Path(self.skill).is_file():
-            raise ConfigError(f"skill document not found: {self.skill}")
-
-    @property
-    def experiment_dir(self) -> Path:
-        return Path(self.runs_dir) / (self.run_name or f"skill_{self.env.name}__{self.seed}")
-
-    def train_config(self, run_name: str, skill: str = "") -> TrainConfig:
-        """The plain TrainConfig of this experiment's ES runs (saved as their config.yaml, so
-        `esopt replay` works on them). Every member-0 training episode is kept, for distillation."""
-        config = TrainConfig(**{f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(TrainConfig)})
-        config.runs_dir = str(self.experiment_dir)
-        config.run_name = run_name
-        config.rollout.skill = skill
-        config.trajectories_per_step = max(config.trajectories_per_step, config.tasks_per_step)
-        return config
-
-
-# ------------------------------------------------------------------------------------ experiment
 class SkillExperiment:
     """Runs conditions into one experiment directory. `policy` and `analyst` default to the config's
     (tests pass a tiny policy and a ScriptedAnalyst)."""
@@ -304,128 +227,3 @@ class CoevolveTrainer(ESTrainer):
             values.update({"skill/version": s["version"], "skill/valid_rate": s["valid_rate"],
                            "skill/edits": s["edits"], "skill/chars": s["chars"]})
         return values
-
-
-# ---------------------------------------------------------------------------------------- report
-def _fmt(x) -> str:
-    return f"{x:.3f}" if isinstance(x, float) else ("-" if x is None else str(x))
-
-
-def report(experiment_dir: str | Path) -> str:
-    """A markdown table of every finished condition in `experiment_dir` (also written to report.md)."""
-    root = Path(experiment_dir)
-    results = []
-    for name in CONDITIONS:
-        path = root / name / RESULT_FILE
-        if path.exists():
-            results.append(json.loads(path.read_text()))
-    if not results:
-        raise ConfigError(f"{root} holds no finished condition (no */{RESULT_FILE})")
-    k = results[0]["metrics"]["samples"]
-    env = results[0]["env"]
-    tasks = results[0]["metrics"]["tasks"]
-    lines = [
-        f"# Trace2Skill conditions: {env}",
-        "",
-        f"{tasks} held-out tasks, k = {k} episodes each. Mean@{k}: mean episode reward; Pass@{k}: a task "
-        f"counts when any of its {k} episodes succeeded. Analyst validity: proposals that parsed into a "
-        "patch valid against the skill (the rest were rejected and changed nothing).",
-        "",
-        f"| condition | Mean@{k} | Pass@{k} | success Mean@{k} | invalid actions | turns | skill | analyst valid | ES steps | skill document |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        m = r["metrics"]
-        a = r.get("analyst") or {}
-        valid = f"{a['valid']}/{a['proposals']}" if a.get("proposals") else "-"
-        lines.append(
-            f"| {r['label']} | {_fmt(m[f'mean@{k}'])} | {_fmt(m[f'pass@{k}'])} | {_fmt(m[f'success_mean@{k}'])} | "
-            f"{_fmt(m['invalid_rate'])} | {m['mean_turns']:.2f} | {r['skill'] or '-'} | {valid} | "
-            f"{r.get('es_steps', '-')} | {('`' + r['skill_file'] + '`') if r.get('skill_file') else '-'} |"
-        )
-    for r in results:
-        if r.get("skill_file"):
-            text = (root / r["skill_file"]).read_text()
-            lines += ["", f"## Skill of {r['label']} ({r['skill']})", "", "```markdown", text.strip(), "```"]
-            rejected = [x for x in read_log(root / r["condition"]) if x["kind"] == "proposal" and not x["valid"]]
-            if rejected:
-                reasons: dict[str, int] = {}
-                for x in rejected:
-                    reasons[x["reason"][:90]] = reasons.get(x["reason"][:90], 0) + 1
-                lines += ["", "Rejected proposals by reason: " + "; ".join(
-                    f"{why} ({n})" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:5])]
-    text = "\n".join(lines) + "\n"
-    (root / "report.md").write_text(text)
-    return text
-
-
-# ------------------------------------------------------------------------------------------- CLI
-def _parse(prog: str, description: str, argv: list[str], conditions: bool) -> tuple[SkillRunConfig, argparse.Namespace]:
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--out", metavar="DIR", help="experiment directory (default: <runs_dir>/skill_<env>__<seed>)")
-        parser.add_argument("--force", action="store_true", help="run a condition again even if its directory holds a result")
-        if conditions:
-            parser.add_argument("--conditions", default=",".join(CONDITIONS),
-                                help=f"comma-separated conditions, run in this order (default: {','.join(CONDITIONS)})")
-
-    def out_dir(config: SkillRunConfig, args: argparse.Namespace) -> None:
-        if args.out:
-            out = Path(args.out)
-            config.runs_dir, config.run_name = str(out.parent), out.name
-
-    return parse_config(argv, SkillRunConfig, prog, description, skip=("rollout.skill",),
-                        add_arguments=add_arguments, adjust=out_dir)
-
-
-def _run_conditions(names: list[str], argv: list[str], prog: str, description: str, conditions_flag: bool) -> int:
-    config, args = _parse(prog, description, argv, conditions_flag)
-    if conditions_flag:
-        names = [c.strip() for c in args.conditions.split(",") if c.strip()]
-    unknown = [c for c in names if c not in CONDITIONS]
-    if unknown or not names:
-        raise ConfigError(f"unknown condition(s) {', '.join(unknown) or '(none)'}; expected some of {', '.join(CONDITIONS)}")
-    if "es+trace2skill" in names and "es" not in names[: names.index("es+trace2skill")]:
-        es_dir = Path(config.es_run) if config.es_run else config.experiment_dir / "es"
-        if not (es_dir.is_dir() and checkpoints(es_dir)):  # before the model is loaded
-            raise ConfigError(f"es+trace2skill needs a finished ES run with a checkpoint in {es_dir} (run `esopt skill es` first)")
-    experiment = SkillExperiment(config, force=args.force)
-    for name in names:
-        experiment.run(name)
-    print(report(experiment.dir))
-    print(f"experiment directory: {experiment.dir}  report: {experiment.dir / 'report.md'}")
-    return 0
-
-
-def _condition_command(name: str):
-    def command(argv: list[str]) -> int:
-        return _run_conditions([name], argv, f"esopt skill {name}", f"Run the {LABELS[name]} condition.", False)
-
-    return command
-
-
-def cmd_run(argv: list[str]) -> int:
-    return _run_conditions([], argv, "esopt skill run", "Run several conditions into one experiment directory.", True)
-
-
-def cmd_report(argv: list[str]) -> int:
-    parser = argument_parser("esopt skill report", "Mean@k / Pass@k of every condition side by side.")
-    parser.add_argument("experiment_dir")
-    print(report(parser.parse_args(argv).experiment_dir))
-    return 0
-
-
-SUBCOMMANDS = {**{name: _condition_command(name) for name in CONDITIONS}, "run": cmd_run, "report": cmd_report}
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    usage = f"usage: esopt skill {{{','.join(SUBCOMMANDS)}}} [options]   (esopt skill COMMAND --help for options)"
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage)
-        return 0
-    if argv[0] not in SUBCOMMANDS:
-        raise ConfigError(f"unknown subcommand esopt skill {argv[0]!r}; expected one of {', '.join(SUBCOMMANDS)}")
-    try:
-        return SUBCOMMANDS[argv[0]](argv[1:])
-    except SkillError as e:  # a bad skill document given in the config
-        raise ConfigError(str(e)) from None
