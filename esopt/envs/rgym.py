@@ -202,10 +202,10 @@ class ReasoningGymEnv(Env):
 
     name = "reasoning_gym"
     Config = ReasoningGymConfig
+    config: ReasoningGymConfig
 
     def __init__(self, config: ReasoningGymConfig | None = None):
         super().__init__(config)
-        self.config: ReasoningGymConfig
         self.mixture = self.config.mixture
         self._streams: dict[tuple[str, int, int], Any] = {}
 

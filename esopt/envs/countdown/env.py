@@ -104,10 +104,10 @@ class CountdownEnv(Env):
 
     name = "countdown"
     Config = CountdownConfig
+    config: CountdownConfig
 
     def __init__(self, config: CountdownConfig | None = None):
         super().__init__(config)
-        self.config: CountdownConfig
         self._streams: dict[int, object] = {}
 
     @property

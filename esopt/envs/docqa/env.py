@@ -84,10 +84,7 @@ class DocQAEnv(Env):
 
     name = "docqa"
     Config = DocQAConfig
-
-    def __init__(self, config: DocQAConfig | None = None):
-        super().__init__(config)
-        self.config: DocQAConfig
+    config: DocQAConfig
 
     @property
     def max_turns(self) -> int:

@@ -138,7 +138,6 @@ class MathEnv(Env):
 
     name = "math"
     Config = MathConfig
-
     config: MathConfig
 
     def __init__(self, config: MathConfig | None = None):

@@ -101,10 +101,7 @@ class SudokuEnv(Env):
 
     name = "sudoku"
     Config = SudokuConfig
-
-    def __init__(self, config: SudokuConfig | None = None):
-        super().__init__(config)
-        self.config: SudokuConfig
+    config: SudokuConfig
 
     @property
     def size(self) -> int:

@@ -45,10 +45,10 @@ class WebEnv(Env):
 
     name = "web"
     Config = WebConfig
+    config: WebConfig
 
     def __init__(self, config: WebConfig | None = None):
         super().__init__(config)
-        self.config: WebConfig
         self._res = _Resources(self.config)
         self._finalizer = weakref.finalize(self, self._res.close)
         self._file_tasks: list[Task] | None = None
