@@ -369,6 +369,7 @@ def test_lowrank_run_on_vllm_replays_to_the_same_weights(lora_policy, tmp_path):
     config.rollout.sampling.max_new_tokens = 8
     config.steps, config.tasks_per_step, config.eval_tasks, config.eval_every = 2, 2, 1, 0
     config.trajectories_per_step = 0
+    config.probe_tasks = 0  # the forgetting probe's episodes would add generate calls (tests/test_forgetting.py covers it)
     config.runs_dir, config.run_name = str(tmp_path), "run"
     base = {n: t.clone() for n, t in lora_policy.master_weights().items()}
     try:
