@@ -11,6 +11,21 @@ from tiny_models import tiny_llama
 TEST_DEVICE = os.environ.get("ESOPT_TEST_DEVICE", "cpu")
 """Where the tiny policies of the unit tests run (benchmarks/gpu_check.sh sets cuda)."""
 
+REQUIRED_MARKERS = {m.strip() for m in os.environ.get("ESOPT_REQUIRE", "").split(",") if m.strip()}
+"""Markers whose tests must run, never skip (.ci/run sets browser, and vllm for make test-vllm): without it a
+failed Chromium or vLLM install would pass CI as a row of skips."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    required = REQUIRED_MARKERS & {mark.name for mark in item.iter_markers()}
+    if report.skipped and required and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"ESOPT_REQUIRE={','.join(sorted(required))}: this test must run, but it skipped: {reason}"
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
