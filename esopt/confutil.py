@@ -15,6 +15,42 @@ class ConfigError(ValueError):
     """A bad configuration value; the CLI prints its message as a one-line error."""
 
 
+class Config:
+    """Base of every config dataclass. A config's rules live in one method, `check()`: its own fields, and
+    how its sections combine (they are checked before it). `validate()` checks the whole tree, innermost
+    first; the first bad value is a one-line ConfigError naming the field. The command-line parser, the
+    trainers and env construction all call it, so a value set by a flag, in YAML or in Python code meets
+    the same checks at the same point: before anything runs."""
+
+    def check(self) -> None:
+        """Raise ConfigError naming the first bad field of this config (not of its sections)."""
+
+    def validate(self) -> None:
+        validate_config(self)
+
+
+def _sections(config: Any) -> list[Any]:
+    return [
+        value for value in (getattr(config, f.name) for f in dataclasses.fields(config))
+        if dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ]
+
+
+def validate_sections(config: Any) -> None:
+    """Validate every section of `config`, not its own check (which may depend on values set later)."""
+    for section in _sections(config):
+        validate_config(section)
+
+
+def validate_config(config: Any) -> None:
+    """`Config.validate` for any config dataclass, also one that does not derive from Config (an env
+    plugin's options; its `check()`, when it has one, is the rule)."""
+    validate_sections(config)
+    check = getattr(config, "check", None)
+    if callable(check):
+        check()
+
+
 def is_int(x: Any) -> bool:
     """An int that is not a bool (YAML `true` must not pass as 1)."""
     return isinstance(x, int) and not isinstance(x, bool)
@@ -136,8 +172,6 @@ def set_path(cfg: Any, path: str, value: Any) -> None:
         target = getattr(target, name)
     hint = typing.get_type_hints(type(target))[leaf]
     setattr(target, leaf, coerce(value, hint, path))
-    if hasattr(target, "__post_init__"):
-        target.__post_init__()  # the section's own checks, now on the overridden value
 
 
 def field_help(cls: type, name: str) -> str:
@@ -177,7 +211,8 @@ def resolve_config(spec: str | pathlib.Path) -> pathlib.Path:
 
 def load_yaml(cls: type, path) -> Any:
     """Dataclass `cls` from a YAML file or built-in config name (None = all defaults); unknown keys and
-    bad values are ConfigErrors."""
+    bad values in its sections are ConfigErrors. The file's own top-level rules are left to `validate()`,
+    after the command line has had its say."""
     import yaml
 
     if path is None:
@@ -189,4 +224,6 @@ def load_yaml(cls: type, path) -> Any:
         raise ConfigError(f"{path} is not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of config options")
-    return from_dict(cls, data)
+    config = from_dict(cls, data)
+    validate_sections(config)
+    return config

@@ -5,20 +5,20 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import Config, ConfigError, opt
 from esopt.envs.base import Env, Task
 from esopt.es import Member, derive_seed
 from esopt.policy.base import Policy, SamplingConfig
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(Config):
     guided_decoding: bool = opt(True, "constrain replies to the env's action regex when the env declares one")
     history_turns: int = opt(-1, "past turns kept in the prompt: -1 = all, 0 = only the current observation")
     sampling: SamplingConfig = opt(SamplingConfig(), "decoding settings")
     skill: str = opt("", "path of a skill document (SKILL.md) appended to the system prompt ('' = none)")
 
-    def __post_init__(self):
+    def check(self) -> None:
         if self.history_turns < -1:
             raise ConfigError(f"rollout.history_turns must be >= -1, got {self.history_turns}")
 

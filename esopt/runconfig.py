@@ -20,11 +20,11 @@ from typing import Any, Callable, ClassVar
 
 import yaml
 
-from esopt.confutil import ConfigError, is_int, leaf_fields, load_yaml, opt, set_path, to_dict
+from esopt.confutil import Config, ConfigError, is_int, leaf_fields, load_yaml, opt, set_path, to_dict
 
 
 @dataclass
-class EnvSection:
+class EnvSection(Config):
     """The task environment of a run: its registered name and its options."""
 
     name: str = opt("sudoku", "environment name (`esopt envs` lists them)")
@@ -32,7 +32,7 @@ class EnvSection:
 
 
 @dataclass
-class RunConfig:
+class RunConfig(Config):
     """Fields and behaviour every run shares: seed, run directory (runs_dir / run_name), config.yaml."""
 
     seed: int = opt(0, "run seed: everything random in the run derives from it")
@@ -49,7 +49,7 @@ class RunConfig:
     def existing_run_hint(self, run_dir: Path) -> str:
         return "pick another --run_name"
 
-    def validate(self) -> None:
+    def check(self) -> None:
         if not is_int(self.seed):
             raise ConfigError(f"seed must be an integer, got {self.seed!r}")
         if not self.runs_dir:
@@ -80,10 +80,10 @@ class EnvRunConfig(RunConfig):
 
     env: EnvSection = opt(EnvSection(), "the task environment")
 
-    def validate(self) -> None:
+    def check(self) -> None:
         from esopt.envs import make_env
 
-        super().validate()
+        super().check()
         make_env(self.env.name, self.env.options)  # validates the env options
 
 

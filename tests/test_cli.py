@@ -1,5 +1,7 @@
 """The CLI turns bad input into one-line errors and wires flags into the config."""
 
+import re
+
 import pytest
 
 from esopt.cli import main
@@ -98,6 +100,69 @@ def test_every_command_rejects_bad_flags_in_one_line(capsys, tmp_path, argv, mes
     line = _error_line(capsys)
     assert line.startswith("esopt: error: ") and message in line, line
     assert not any(tmp_path.iterdir())  # nothing written, no model loaded
+
+
+# One bad value per config section, each where a user meets it: every section's rules run at parse time,
+# through the same validate() a config built in Python goes through.
+SECTIONS = [
+    (["train"], "--steps", "0", "steps must be >= 1"),
+    (["train"], "--es.sigma", "-1", "es.sigma must be a finite number > 0"),
+    (["train"], "--rollout.history_turns", "-5", "rollout.history_turns must be >= -1"),
+    (["train"], "--rollout.sampling.top_k", "-1", "sampling.top_k must be >= 0"),
+    (["train"], "--model.dtype", "float16", "model.dtype must be one of"),
+    (["train"], "--dist.mode", "both", "dist.mode must be one of sync, async"),
+    (["train"], "--env.empty_cells", "0", "sudoku.empty_cells must be an integer in 1..12"),
+    (["train", "--env", "countdown"], "--env.min_numbers", "1", "countdown.min_numbers/max_numbers must satisfy"),
+    (["train", "--env", "math"], "--env.max_turns", "0", "math.max_turns must be an integer >= 1"),
+    (["train", "--env", "docqa"], "--env.max_turns", "0", "docqa.max_turns must be >= 1"),
+    (["train", "--env", "reasoning_gym"], "--env.attempts", "0", "reasoning_gym.attempts must be an integer >= 1"),
+    (["grpo"], "--optim.lr", "0", "optim.lr must be > 0"),
+    (["ppo"], "--gamma", "2", "gamma and lam must be in [0, 1]"),
+    (["ahd", "run"], "--eoh.pop_size", "0", "eoh.pop_size and eoh.parents must be >= 1"),
+    (["ahd", "run"], "--sampling.temperature", "-1", "sampling.temperature must be >= 0"),
+    (["skill", "es"], "--analyst.kind", "gpt", "analyst.kind must be one of"),
+    (["skill", "es"], "--distill.group_size", "1", "distill.group_size must be >= 2"),
+    (["skill", "es"], "--distill.limits.max_chars", "0", "limits.max_chars must be an integer >= 1"),
+    (["compare"], "--model.device", "tpu", "model.device must be auto, cpu, cuda or cuda:N"),
+    (["eval"], "--rollout.sampling.max_new_tokens", "0", "sampling.max_new_tokens must be >= 1"),
+]
+
+
+def _config_class(command: list[str]):
+    from esopt.ahd.config import AHDConfig
+    from esopt.baselines.grpo import GRPOConfig
+    from esopt.baselines.ppo import PPOConfig
+    from esopt.experiments.compare import CompareConfig
+    from esopt.experiments.skill.config import SkillRunConfig
+    from esopt.train.config import TrainConfig
+    from esopt.train.evaluate import EvalConfig
+
+    return {"train": TrainConfig, "grpo": GRPOConfig, "ppo": PPOConfig, "ahd": AHDConfig, "skill": SkillRunConfig,
+            "compare": CompareConfig, "eval": EvalConfig}[command[0]]
+
+
+@pytest.mark.parametrize("command, flag, value, message", SECTIONS, ids=lambda x: x if isinstance(x, str) else None)
+def test_every_config_section_rejects_a_bad_value_at_parse_time(capsys, tmp_path, command, flag, value, message):
+    runs_dir = [] if command[0] == "eval" else ["--runs_dir", str(tmp_path)]
+    assert main(command + [flag, value] + runs_dir) == 2
+    line = _error_line(capsys)
+    assert line.startswith("esopt: error: ") and message in line, line
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command, flag, value, message", SECTIONS, ids=lambda x: x if isinstance(x, str) else None)
+def test_a_bad_value_set_in_python_fails_validate_as_the_flag_does(command, flag, value, message):
+    from esopt.confutil import ConfigError, set_path
+
+    config = _config_class(command)()
+    if "--env" in command:
+        config.env.name = command[command.index("--env") + 1]
+    if flag.startswith("--env."):
+        config.env.options[flag[len("--env."):]] = int(value)
+    else:
+        set_path(config, flag[2:], value)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config.validate()
 
 
 def test_resume_with_a_corrupt_history_line_is_a_one_line_error(capsys, tmp_path, quadratic_es_run):

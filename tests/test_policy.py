@@ -204,4 +204,4 @@ def test_min_new_tokens_suppresses_early_end_of_sequence(make_tiny_policy):
     finally:
         handle.remove()
     with pytest.raises(ValueError, match="min_new_tokens"):
-        SamplingConfig(max_new_tokens=4, min_new_tokens=5)
+        SamplingConfig(max_new_tokens=4, min_new_tokens=5).validate()

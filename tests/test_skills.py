@@ -58,7 +58,7 @@ def test_validation_names_the_broken_limit():
     with pytest.raises(SkillError, match="appears twice"):
         dup.validate()
     with pytest.raises(ConfigError, match="max_chars"):
-        SkillLimits(max_chars=0)
+        SkillLimits(max_chars=0).validate()
 
 
 # -------------------------------------------------------------------------------------------- patches
@@ -436,4 +436,4 @@ def test_openai_analyst_parses_replies_and_records_failures(monkeypatch):
     with pytest.raises(ConfigError, match="model_name"):
         make_analyst(AnalystConfig(kind="openai"))
     with pytest.raises(ConfigError, match="analyst.kind"):
-        AnalystConfig(kind="gpt")
+        AnalystConfig(kind="gpt").validate()

@@ -125,7 +125,7 @@ def test_no_duplicates_in_small_pool():
 )
 def test_config_validation(kw, field):
     with pytest.raises(ConfigError, match=field):
-        SudokuConfig(**kw)
+        SudokuConfig(**kw).validate()
 
 
 def test_config_defaults_and_registry():

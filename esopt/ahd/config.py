@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
 from esopt.ahd.prompts import EOH_OPERATORS
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import Config, ConfigError, opt
 from esopt.es import ESConfig
 from esopt.policy.base import SamplingConfig
 from esopt.policy.hf import ModelConfig
@@ -26,12 +25,19 @@ def _default_es() -> ESConfig:
 
 
 @dataclass
-class EoHConfig:
+class EoHConfig(Config):
     """Evolution of Heuristics settings."""
 
     pop_size: int = opt(4, "P: heuristics kept in the population (the best by objective, no duplicates)")
     parents: int = opt(2, "parents shown to the crossover operators e1 and e2 (m1 and m2 use one)")
     operators: list = opt(["e1", "e2", "m1", "m2"], "operators cycled through after initialisation (i1 fills an empty population)")
+
+    def check(self) -> None:
+        if self.pop_size < 1 or self.parents < 1:
+            raise ConfigError("eoh.pop_size and eoh.parents must be >= 1")
+        bad = [op for op in self.operators if op not in EOH_OPERATORS]
+        if bad or not self.operators:
+            raise ConfigError(f"eoh.operators must be a non-empty list of {', '.join(EOH_OPERATORS)}; got {self.operators!r}")
 
 
 @dataclass
@@ -75,10 +81,10 @@ class AHDConfig(RunConfig):
     def batches(self) -> int:
         return math.ceil(self.budget / self.population)
 
-    def validate(self) -> None:
+    def check(self) -> None:
         from esopt.ahd.tasks import task_names
 
-        super().validate()
+        super().check()
         if self.task not in task_names():
             raise ConfigError(f"unknown AHD task {self.task!r}; available: {', '.join(task_names())}")
         if self.method not in METHODS:
@@ -93,16 +99,6 @@ class AHDConfig(RunConfig):
             raise ConfigError(f"eval_instances must be >= 0, got {self.eval_instances}")
         if not math.isfinite(self.invalid_fitness):
             raise ConfigError(f"invalid_fitness must be finite, got {self.invalid_fitness}")
-        try:
-            SamplingConfig(**dataclasses.asdict(self.sampling))
-            ModelConfig(**dataclasses.asdict(self.model))
-        except TypeError as e:
-            raise ConfigError(str(e)) from None
         self.es.population = self.population
         self.es.antithetic = False  # each member writes its own proposal
-        self.es.validate()
-        if self.eoh.pop_size < 1 or self.eoh.parents < 1:
-            raise ConfigError("eoh.pop_size and eoh.parents must be >= 1")
-        bad = [op for op in self.eoh.operators if op not in EOH_OPERATORS]
-        if bad or not self.eoh.operators:
-            raise ConfigError(f"eoh.operators must be a non-empty list of {', '.join(EOH_OPERATORS)}; got {self.eoh.operators!r}")
+        self.es.validate()  # again: the ES section was checked before these two settings came from the run

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import Config, ConfigError, opt
 from esopt.policy.hf import ModelConfig
 from esopt.rollout import RolloutConfig
 from esopt.train.config import TrainingRunConfig
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(Config):
     lr: float = opt(1e-5, "AdamW learning rate")
     weight_decay: float = opt(0.0, "AdamW decoupled weight decay")
     beta1: float = opt(0.9, "AdamW beta1")
@@ -22,7 +22,7 @@ class OptimConfig:
     minibatches: int = opt(1, "optimizer steps per epoch: the step's samples are split into this many minibatches")
     micro_batch_size: int = opt(8, "sequences per forward/backward pass (gradient accumulation up to a minibatch)")
 
-    def validate(self) -> None:
+    def check(self) -> None:
         if self.lr <= 0:
             raise ConfigError(f"optim.lr must be > 0, got {self.lr}")
         for name in ("epochs", "minibatches", "micro_batch_size"):
@@ -55,9 +55,8 @@ class PGConfig(TrainingRunConfig):
     def run_label(self) -> str:
         return f"{self.env.name}__{self.method}"
 
-    def validate(self) -> None:
-        super().validate()
-        self.optim.validate()
+    def check(self) -> None:
+        super().check()
         if self.model.backend != "hf":
             raise ConfigError("GRPO/PPO backpropagate through the model: they need model.backend: hf")
         for name in ("steps", "tasks_per_step", "group_size"):

@@ -29,8 +29,8 @@ class GRPOConfig(PGConfig):
 
     method = "grpo"
 
-    def validate(self) -> None:
-        super().validate()
+    def check(self) -> None:
+        super().check()
         if self.group_size < 2:
             raise ConfigError(f"GRPO needs group_size >= 2 (advantages are relative within a group), got {self.group_size}")
         if self.adv_eps <= 0:

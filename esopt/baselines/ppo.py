@@ -39,8 +39,8 @@ class PPOConfig(PGConfig):
 
     method = "ppo"
 
-    def validate(self) -> None:
-        super().validate()
+    def check(self) -> None:
+        super().check()
         if not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
             raise ConfigError(f"gamma and lam must be in [0, 1], got {self.gamma}, {self.lam}")
         if self.vf_coef < 0 or self.value_clip < 0:

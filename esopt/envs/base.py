@@ -14,6 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from esopt.confutil import validate_config
+
 SPLITS = ("train", "val", "eval")
 """train: what ES trains on; val: where settings are chosen; eval: held out for reporting only."""
 
@@ -59,13 +61,15 @@ class Episode(abc.ABC):
 
 
 class Env(abc.ABC):
-    """Base class of every environment. Subclasses set `name`, `Config`, and implement the methods."""
+    """Base class of every environment. Subclasses set `name` and `Config` (a dataclass of the env's options;
+    their rules go in its `check()`, which runs whenever the env is built) and implement the methods."""
 
     name: ClassVar[str]
     Config: ClassVar[type]
 
     def __init__(self, config: Any = None):
         self.config = config if config is not None else self.Config()
+        validate_config(self.config)
 
     @property
     @abc.abstractmethod

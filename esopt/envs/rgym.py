@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from esopt.confutil import ConfigError, cache_root, opt
+from esopt.confutil import Config, ConfigError, cache_root, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.splits import hash_split, short_hash, stable_int
 
@@ -144,7 +144,7 @@ def _parse_mixture(items: list[str]) -> dict[str, float]:
 
 
 @dataclass
-class ReasoningGymConfig:
+class ReasoningGymConfig(Config):
     dataset: str | None = opt("letter_counting", "one reasoning-gym dataset (`esopt envs` lists them); ignored when datasets is set")
     datasets: list[str] = opt(
         [], f"a weighted mixture of datasets for multi-task ES: {MIXTURE_HELP}, e.g. chain_sum:2,word_sorting:1"
@@ -159,7 +159,7 @@ class ReasoningGymConfig:
     retry_discount: float = opt(1.0, "multi-turn: the final answer's score is multiplied by this once per retry before it")
     success_threshold: float = opt(1.0, "a score at or above this is a success (and ends a multi-turn episode)")
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         if not isinstance(self.datasets, list) or not all(isinstance(d, str) for d in self.datasets):
             raise ConfigError(f"reasoning_gym.datasets must be a list like [{MIXTURE_HELP}], got {self.datasets!r}")
         if not self.datasets and not self.dataset:

@@ -1,4 +1,4 @@
-"""ESConfig: every evolution-strategy setting with its help text, validated in one place (`validate`)."""
+"""ESConfig: every evolution-strategy setting with its help text, and its rules (`check`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from esopt.confutil import ConfigError, is_int, opt
+from esopt.confutil import Config, ConfigError, is_int, opt
 from esopt.es.noise import DEFAULT_TABLE_SIZE, noise_from_config
 from esopt.es.optimizers import optimizer_from_config
 from esopt.es.scope import SCOPES, Scope
@@ -22,7 +22,7 @@ def _is_real(x: Any) -> bool:
 
 
 @dataclass
-class ESConfig:
+class ESConfig(Config):
     """Evolution-strategy hyperparameters (population, noise, step size and their schedules, optimizer, scope)."""
 
     strategy: str = opt(
@@ -86,8 +86,7 @@ class ESConfig:
         "(theta - theta_base); > 0 keeps an fp32 copy of the base weights (in scope) with the optimizer state",
     )
 
-    def validate(self) -> None:
-        """Raise ConfigError (a ValueError) naming the first bad field."""
+    def check(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"es.strategy: unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
         if not is_int(self.population) or self.population < 1:

@@ -58,8 +58,8 @@ class CompareConfig(EnvRunConfig):
     def run_label(self) -> str:
         return f"{self.env.name}__compare"
 
-    def validate(self) -> None:
-        super().validate()
+    def check(self) -> None:
+        super().check()
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise ConfigError(f"methods must be a non-empty subset of {','.join(METHODS)}, got {self.methods}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import Config, ConfigError, opt
 from esopt.es import Member, OptimizerState, Update
 
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -21,7 +21,7 @@ OPTIMIZER_FILE = "optimizer.safetensors"
 
 
 @dataclass
-class SamplingConfig:
+class SamplingConfig(Config):
     temperature: float = opt(0.0, "sampling temperature; 0 = greedy decoding")
     top_p: float = opt(1.0, "nucleus sampling: keep the smallest token set with this much probability mass")
     top_k: int = opt(0, "keep only the k most likely tokens (0 = off)")
@@ -29,7 +29,7 @@ class SamplingConfig:
     min_new_tokens: int = opt(0, "end-of-sequence is suppressed until a reply has this many tokens (benchmarks: fixed-length replies)")
     stop: list = opt([], "strings that end a reply (the reply is cut before them)")
 
-    def __post_init__(self):
+    def check(self) -> None:
         if self.temperature < 0:
             raise ConfigError(f"sampling.temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:

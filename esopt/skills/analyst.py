@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import Config, ConfigError, opt
 from esopt.policy.base import Policy, SamplingConfig
 from esopt.policy.hf import ModelConfig
 from esopt.skills.document import Skill
@@ -313,7 +313,7 @@ class OpenAIAnalyst(Analyst):
 
 # ----------------------------------------------------------------------------------------- config
 @dataclass
-class AnalystConfig:
+class AnalystConfig(Config):
     kind: str = opt("policy", "who writes patches: policy (the model being run/trained) | hf (another local model) | openai (an endpoint)")
     model: ModelConfig = opt(ModelConfig(dtype="bfloat16", attn_implementation="sdpa"), "kind=hf: the analyst model (a local HF directory or 'default')")
     base_url: str = opt("http://localhost:8000/v1", "kind=openai: base URL of an OpenAI-compatible API")
@@ -325,7 +325,7 @@ class AnalystConfig:
     max_trajectory_chars: int = opt(1200, "a trajectory is cut to this many characters in the analyst prompt")
     max_edit_chars: int = opt(400, "longest content of one edit; longer proposals are rejected")
 
-    def __post_init__(self):
+    def check(self) -> None:
         if self.kind not in ANALYST_KINDS:
             raise ConfigError(f"analyst.kind must be one of {', '.join(ANALYST_KINDS)}, got {self.kind!r}")
         if self.temperature < 0 or self.max_new_tokens < 1 or self.max_trajectory_chars < 100 or self.max_edit_chars < 10:

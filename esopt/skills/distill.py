@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import Config, ConfigError, opt
 from esopt.skills.analyst import Analyst, Rejection
 from esopt.skills.document import Skill, SkillError, SkillLimits
 from esopt.skills.patch import Conflict, Edit, Patch, apply_patch, hierarchical_merge
@@ -30,13 +30,13 @@ LOG_FILE = "distill_log.jsonl"
 
 
 @dataclass
-class DistillConfig:
+class DistillConfig(Config):
     group_size: int = opt(4, "k: patches merged per group at each level of the hierarchical merge")
     max_trajectories: int = opt(32, "trajectories read per distillation round (0 = all); successes and failures alternate")
     batch_size: int = opt(16, "trajectories per analyst generate call")
     limits: SkillLimits = opt(SkillLimits(), "limits every distilled skill must satisfy")
 
-    def __post_init__(self):
+    def check(self) -> None:
         if self.group_size < 2:
             raise ConfigError(f"distill.group_size must be >= 2, got {self.group_size}")
         if self.max_trajectories < 0 or self.batch_size < 1:

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from esopt.confutil import opt
+from esopt.confutil import Config, ConfigError, opt
 
 _HEADER = re.compile(r"^<!--\s*esopt-skill\s+v(\d+)\s*-->\s*$")
 _SECTION = re.compile(r"^##\s+(.*?)\s*#*\s*$")
@@ -40,14 +40,12 @@ def title_key(title: str) -> str:
 
 
 @dataclass
-class SkillLimits:
+class SkillLimits(Config):
     max_chars: int = opt(3000, "largest skill document (rendered characters) a distillation may produce")
     max_sections: int = opt(10, "most `## ` sections a skill document may have")
     max_section_chars: int = opt(800, "longest body of one section, characters")
 
-    def __post_init__(self):
-        from esopt.confutil import ConfigError
-
+    def check(self) -> None:
         for name in ("max_chars", "max_sections", "max_section_chars"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"limits.{name} must be an integer >= 1, got {getattr(self, name)!r}")

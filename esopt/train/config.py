@@ -6,7 +6,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from esopt.confutil import ConfigError, load_yaml, opt
+from esopt.confutil import Config, ConfigError, load_yaml, opt
 from esopt.es import ESConfig
 from esopt.policy.hf import ModelConfig
 from esopt.rollout import RolloutConfig
@@ -18,7 +18,7 @@ DIST_MODES = ("sync", "async")
 
 
 @dataclass
-class DistSection:
+class DistSection(Config):
     """Where members are evaluated: in the trainer process, or on Ray actors with one replica each."""
 
     workers: int = opt(
@@ -43,25 +43,15 @@ class DistSection:
     commit_every: int = opt(0, "async: M, accepted results per committed update (0 = es.population)")
     max_restarts: int = opt(3, "dead workers replaced (replayed from the base weights) per step before the run fails")
 
-    def validate(self, es: ESConfig) -> None:
+    def check(self) -> None:
         for name in ("workers", "threads_per_worker", "max_lag", "commit_every", "max_restarts"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"dist.{name} must be an integer >= 0, got {value!r}")
         if self.mode not in DIST_MODES:
             raise ConfigError(f"dist.mode must be one of {', '.join(DIST_MODES)}, got {self.mode!r}")
-        if self.mode == "async":
-            if self.workers < 1:
-                raise ConfigError("dist.mode async needs dist.workers >= 1 (asynchronous ES runs on Ray workers)")
-            if es.strategy == "copes" and self.max_lag > 0:
-                raise ConfigError(
-                    "dist.mode async with es.strategy copes needs dist.max_lag 0 (one update holds one partition)"
-                )
-        if self.workers > 0 and importlib.util.find_spec("ray") is None:
-            raise ConfigError(
-                f"dist.workers {self.workers} evaluates members on Ray, which is not installed; install it with: "
-                "pip install 'esopt[ray]'  (or set dist.workers 0)"
-            )
+        if self.mode == "async" and self.workers < 1:
+            raise ConfigError("dist.mode async needs dist.workers >= 1 (asynchronous ES runs on Ray workers)")
 
 
 @dataclass
@@ -77,8 +67,8 @@ class TrainingRunConfig(EnvRunConfig):
     trajectories_per_step: int = opt(2, "training episodes saved per step, besides all eval episodes")
     report_to: str = opt("auto", REPORT_TO_HELP)
 
-    def validate(self) -> None:
-        super().validate()
+    def check(self) -> None:
+        super().check()
         check_report_to(self.report_to)
         if self.eval_tasks < 1:
             raise ConfigError(f"eval_tasks must be >= 1, got {self.eval_tasks}")
@@ -110,10 +100,17 @@ class TrainConfig(TrainingRunConfig):
     def existing_run_hint(self, run_dir: Path) -> str:
         return f"resume it with --resume {run_dir}"
 
-    def validate(self) -> None:
-        super().validate()
-        self.es.validate()
-        self.dist.validate(self.es)
+    def check(self) -> None:
+        super().check()
+        if self.dist.mode == "async" and self.es.strategy == "copes" and self.dist.max_lag > 0:
+            raise ConfigError("dist.mode async with es.strategy copes needs dist.max_lag 0 (one update holds one partition)")
+        # What this machine has installed, not a value of the run: checked here, so a Ray run's
+        # config.yaml still loads (for replay) where Ray is missing.
+        if self.dist.workers > 0 and importlib.util.find_spec("ray") is None:
+            raise ConfigError(
+                f"dist.workers {self.dist.workers} evaluates members on Ray, which is not installed; install it with: "
+                "pip install 'esopt[ray]'  (or set dist.workers 0)"
+            )
         for name in ("steps", "tasks_per_step"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import Config, ConfigError, opt
 from esopt.envs.base import SPLITS, Env, Task
 from esopt.envs.metrics import max_at_k, mean_at_k, pass_at_k, wilson_interval
 from esopt.policy.base import Policy
@@ -18,7 +18,7 @@ from esopt.runconfig import EnvSection
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Config):
     """`esopt eval`: a model (or run) on tasks of one split, k episodes each."""
 
     model: ModelConfig = opt(ModelConfig(), "the model (--compare names two models or run directories instead)")
@@ -30,7 +30,7 @@ class EvalConfig:
     samples: int = opt(1, "k episodes per task for Mean@k / Pass@k (use temperature > 0)")
     out: str | None = opt(None, "write trajectories (JSONL) here")
 
-    def validate(self) -> None:
+    def check(self) -> None:
         from esopt.envs import make_env
 
         if self.tasks < 1 or self.samples < 1:

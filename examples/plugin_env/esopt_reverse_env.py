@@ -14,7 +14,7 @@ from esopt.envs.base import check_split, held_out_split
 class ReverseConfig:
     length: int = opt(5, "letters per word")
 
-    def __post_init__(self):
+    def check(self):  # the rules of the options, run whenever the env is built
         if not 2 <= self.length <= 20:
             raise ConfigError(f"reverse.length must be between 2 and 20, got {self.length}")
 

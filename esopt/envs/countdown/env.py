@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from esopt.confutil import ConfigError, is_int, is_number, opt
+from esopt.confutil import Config, ConfigError, is_int, is_number, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.splits import hash_split, short_hash, stable_int
 from esopt.envs.countdown.scoring import bare_expression, score_expression
@@ -43,7 +43,7 @@ _DATASET_SIZE = 200_000
 
 
 @dataclass
-class CountdownConfig:
+class CountdownConfig(Config):
     min_numbers: int = opt(3, "Fewest numbers given per puzzle (>= 2).")
     max_numbers: int = opt(4, "Most numbers given per puzzle.")
     min_value: int = opt(1, "Smallest given number (>= 1).")
@@ -66,7 +66,7 @@ class CountdownConfig:
         "|value - target| / target). Success stays an exact hit.",
     )
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         for name in ("min_numbers", "max_numbers", "min_value", "max_value", "min_target", "max_target",
                      "max_turns", "max_tool_calls"):
             if not is_int(getattr(self, name)):

@@ -28,7 +28,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from esopt.confutil import ConfigError, is_int, opt
+from esopt.confutil import Config, ConfigError, is_int, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.docqa.documents import DOC_TYPES, QuestionAnswer, generate_document
 from esopt.envs.metrics import anls, exact_match
@@ -40,7 +40,7 @@ METRICS = ("anls", "exact")
 
 
 @dataclass
-class DocQAConfig:
+class DocQAConfig(Config):
     doc_types: list[str] = opt(list(DOC_TYPES), f"Document kinds to draw from: any of {', '.join(DOC_TYPES)}.")
     min_pages: int = opt(2, "Fewest pages per document (>= 1).")
     max_pages: int = opt(4, "Most pages per document (<= 6).")
@@ -51,7 +51,7 @@ class DocQAConfig:
     max_search_results: int = opt(5, "Most matching lines a search returns.")
     max_observation_chars: int = opt(1500, "Tool output longer than this is cut.")
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         kinds = self.doc_types
         if not isinstance(kinds, (list, tuple)) or not kinds or not all(k in DOC_TYPES for k in kinds):
             raise ConfigError(f"docqa.doc_types must be a non-empty list drawn from {list(DOC_TYPES)}, got {kinds!r}")

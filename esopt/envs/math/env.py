@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from esopt.confutil import ConfigError, is_int, is_number, opt
+from esopt.confutil import Config, ConfigError, is_int, is_number, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.math.answers import check_answer
 from esopt.envs.math.problems import DEFAULT_GENERATORS, RESERVED_OPTIONS, Problems, create_dataset, generator_registry
@@ -35,7 +35,7 @@ from esopt.sandbox import ISOLATIONS, IsolationUnavailable, require_isolation
 
 
 @dataclass
-class MathConfig:
+class MathConfig(Config):
     generators: list[str] = opt(
         list(DEFAULT_GENERATORS), "reasoning-gym generators to draw problems from (dataset names)."
     )
@@ -63,7 +63,7 @@ class MathConfig:
     )
     max_observation_chars: int = opt(600, "Tool output longer than this is cut.")
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         gens = self.generators
         if not isinstance(gens, (list, tuple)) or not gens or not all(isinstance(g, str) for g in gens):
             raise ConfigError(f"math.generators must be a non-empty list of names, got {gens!r}")

@@ -20,7 +20,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import Config, ConfigError, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.splits import short_hash, stable_int
 from esopt.envs.sudoku.actions import _BIG, parse_action
@@ -34,7 +34,7 @@ _DUP_ATTEMPTS = 64  # per task: retries to avoid a duplicate before accepting on
 
 
 @dataclass
-class SudokuConfig:
+class SudokuConfig(Config):
     size: int = opt(4, "Board size: 4 (2x2 boxes) or 9 (3x3 boxes).")
     empty_cells: int = opt(
         2,
@@ -64,7 +64,7 @@ class SudokuConfig:
         "solution's digit instead of 0 (a solved board still scores 1).",
     )
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         if isinstance(self.size, bool) or self.size not in (4, 9):
             raise ConfigError(f"sudoku.size must be 4 or 9, got {self.size!r}")
         hi = MAX_EMPTY[self.size]

@@ -6,12 +6,12 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass
 
-from esopt.confutil import ConfigError, opt
+from esopt.confutil import Config, ConfigError, opt
 from esopt.envs.web.tasks import TEMPLATES, template_category
 
 
 @dataclass
-class WebConfig:
+class WebConfig(Config):
     site_url: str | None = opt(
         None,
         "Base URL of an externally hosted site, e.g. a WebArena-Lite deployment "
@@ -47,7 +47,7 @@ class WebConfig:
     headless: bool = opt(True, "Run the browser headless.")
     timeout_ms: int = opt(5000, "Playwright timeout of one action or page load, in milliseconds.")
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         for name in ("max_turns", "max_obs_chars", "viewport_width", "viewport_height", "timeout_ms"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

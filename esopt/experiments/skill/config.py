@@ -37,8 +37,8 @@ class SkillRunConfig(TrainConfig):
     skill_every: int = opt(2, "coevolve: ES steps between skill updates")
     es_run: str = opt("", "es+trace2skill: the ES run directory to distil from ('' = <experiment>/es)")
 
-    def validate(self) -> None:
-        super().validate()
+    def check(self) -> None:
+        super().check()
         for name in ("samples", "trace_tasks", "skill_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
