@@ -18,7 +18,7 @@ from esopt.envs import make_env
 from esopt.es import ESConfig, Update, derive_seed, make_strategy, read_history, replay
 from esopt.rollout import RolloutConfig
 from esopt.train.config import TrainConfig
-from esopt.train.es_trainer import ESTrainer
+from esopt.train.es_trainer import ESTrainer, checkpoints
 
 import tiny_models
 
@@ -201,6 +201,34 @@ def test_async_with_no_lag_and_full_commits_is_synchronous_es(ray_cluster, tmp_p
     metrics = [r for r in map(json.loads, lines) if "async/lag_mean" in r]
     assert len(metrics) == 2 and all(m["async/lag_max"] == 0 for m in metrics)
     assert all(0 <= m["async/discard_rate"] < 1 for m in metrics)
+
+
+@pytest.mark.ray
+def test_resume_with_ray_workers_matches_the_uninterrupted_run(ray_cluster, tmp_path, monkeypatch):
+    """A 2-worker run killed while writing its step-2 checkpoint, then resumed: the new workers rebuild
+    the weights from the step-1 checkpoint plus a replay of update 2, evaluate step 3, and the run ends
+    at the uninterrupted run's weights and history."""
+
+    def config(name):
+        config = _train_config(tmp_path, name, workers=2, threads_per_worker=1)
+        config.steps, config.checkpoint_every = 3, 1
+        return config
+
+    reference = _train(config("ref"))
+    assert reference.fingerprint() != FACTORY().fingerprint()  # the run moved the weights
+
+    crashing = FACTORY()
+    tiny_models.crash_mid_checkpoint(monkeypatch, crashing, "step_00002")
+    with pytest.raises(KeyboardInterrupt):
+        ESTrainer.start(config("crash"), policy=crashing, console=Console(quiet=True), policy_factory=FACTORY).run()
+    assert len(read_history(tmp_path / "crash" / "history.jsonl")) == 2
+    assert [k for k, _ in checkpoints(tmp_path / "crash")] == [1]
+
+    resumed = FACTORY()  # a fresh process starts from the base weights
+    ESTrainer.resume(tmp_path / "crash", policy=resumed, console=Console(quiet=True), policy_factory=FACTORY).run()
+    assert resumed.fingerprint() == reference.fingerprint()
+    history = [u.to_json() for u in read_history(tmp_path / "crash" / "history.jsonl")]
+    assert history == [u.to_json() for u in read_history(tmp_path / "ref" / "history.jsonl")]
 
 
 # ---- without Ray ---------------------------------------------------------------------------------

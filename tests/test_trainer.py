@@ -10,6 +10,7 @@ from esopt.confutil import ConfigError
 from esopt.es import read_history, replay
 from esopt.policy.base import load_checkpoint_weights
 from esopt.train.es_trainer import ESTrainer, checkpoints
+from tiny_models import crash_mid_checkpoint
 
 
 def _quiet():
@@ -99,14 +100,7 @@ def test_resume_after_a_crash_at_any_point_of_a_step(tmp_path, make_tiny_policy,
 
         monkeypatch.setattr(HistoryWriter, "append", append_then_crash)
     else:
-        original_save = crashing.save
-
-        def save_then_crash(path):
-            original_save(path)
-            if path.endswith("step_00002"):
-                raise KeyboardInterrupt("killed mid-checkpoint")  # weights written, esopt.json not yet
-
-        monkeypatch.setattr(crashing, "save", save_then_crash)
+        crash_mid_checkpoint(monkeypatch, crashing, "step_00002")  # weights written, esopt.json not yet
     with pytest.raises(KeyboardInterrupt):
         ESTrainer.start(tiny_train_config(tmp_path, "crash", checkpoint_every=1), policy=crashing, console=_quiet()).run()
     monkeypatch.undo()

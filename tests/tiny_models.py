@@ -67,6 +67,19 @@ def crash_on_marker_policy(marker: str, member_index: int, seed: int = 0) -> HFP
     return CrashOnMarkerPolicy(model, tokenizer, marker, member_index)
 
 
+def crash_mid_checkpoint(monkeypatch, policy: HFPolicy, checkpoint: str) -> None:
+    """Make `policy.save` raise KeyboardInterrupt right after writing the weights of the checkpoint
+    directory named `checkpoint`, before the trainer records it as complete: a run killed mid-checkpoint."""
+    original_save = policy.save
+
+    def save_then_crash(path):
+        original_save(path)
+        if path.endswith(checkpoint):
+            raise KeyboardInterrupt("killed mid-checkpoint")
+
+    monkeypatch.setattr(policy, "save", save_then_crash)
+
+
 def weights_moved(base: dict, weights: dict) -> bool:
     """Whether any tensor differs from `base`: replay and resume checks assert this first, since a run
     whose members all tied made zero updates and would make their equality checks hold trivially."""
