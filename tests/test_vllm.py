@@ -359,7 +359,7 @@ def test_lowrank_run_on_vllm_replays_to_the_same_weights(lora_policy, tmp_path, 
     from rich.console import Console
 
     from esopt.cli import main as cli_main
-    from esopt.envs.math import MathEpisode
+    from esopt.envs.math.env import MathEpisode
     from esopt.train.config import TrainConfig
     from esopt.train.es_trainer import ESTrainer
 
