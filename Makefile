@@ -36,7 +36,8 @@ test-fast: setup
 bench: setup
 	$(PY) -m benchmarks.bench
 
-# Held-out gains of ES over 3 training seeds per env (~90 min on 2 cores); QUICK=1: one env, ~15 min.
+# Held-out gains of ES over 3 training seeds per env (not yet run in full: ~3 h at ~26 s per ES step on 2 cores);
+# QUICK=1: countdown, one seed (20 min 22 s measured on 2 shared cores).
 learn: setup
 	$(PY) -m benchmarks.learning $(if $(QUICK),--quick,)
 
