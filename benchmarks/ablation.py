@@ -5,7 +5,8 @@
 The first run is the reference; every other row shows the settings in which its config.yaml differs
 from the reference's (so a row that changes two things at once is visible as such), its periodic
 evaluation (the split its config names: choose settings on `val`) before and after training with 95%
-Wilson intervals, the mean training reward over the first and the last third of its steps, the share
+Wilson intervals, the paired difference of its last evaluation from the reference's on the same tasks
+(95% bootstrap interval; `-` when the two did not evaluate the same tasks), the mean training reward over the first and the last third of its steps, the share
 of steps whose members all tied (ES runs), seconds per step and peak memory.
 """
 
@@ -38,7 +39,28 @@ def changes(config: dict, reference: dict) -> str:
     return ", ".join(diff) or "(reference)"
 
 
-def row(run_dir: Path, reference: dict) -> str:
+def last_eval(run_dir: Path) -> dict[str, bool]:
+    """Success per task id in the run's last periodic evaluation (its saved eval episodes)."""
+    import json
+
+    files = sorted((run_dir / "trajectories").glob("eval_step*.jsonl"))
+    if not files:
+        return {}
+    return {r["task_id"]: bool(r["success"]) for r in map(json.loads, files[-1].read_text().splitlines())}
+
+
+def versus(run_dir: Path, reference_dir: Path) -> str:
+    from esopt.envs.metrics import paired_difference
+
+    ours, theirs = last_eval(run_dir), last_eval(reference_dir)
+    if not ours or ours.keys() != theirs.keys():
+        return "-"
+    tasks = sorted(ours)
+    d = paired_difference([ours[k] for k in tasks], [theirs[k] for k in tasks])
+    return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+
+
+def row(run_dir: Path, reference: dict, reference_dir: Path) -> str:
     from esopt.envs.metrics import wilson_interval
     from esopt.es import read_history
     from esopt.train.diagnostics import tie_summary
@@ -66,7 +88,8 @@ def row(run_dir: Path, reference: dict) -> str:
     peak = max((r.get("mem/peak_rss_mb", 0) for r in train), default=0) / 1024
     before = rate(evals[0]["eval/success"]) if evals else "-"
     after = f"{rate(evals[-1]['eval/success'])} (step {evals[-1]['step']})" if len(evals) > 1 else "-"
-    return (f"| `{run_dir.name}` | {changes(config, reference)} | {before} | {after} | {early:.3f} -> {late:.3f} "
+    paired = "-" if run_dir == reference_dir else versus(run_dir, reference_dir)
+    return (f"| `{run_dir.name}` | {changes(config, reference)} | {before} | {after} | {paired} | {early:.3f} -> {late:.3f} "
             f"| {ties} | {len(train)} | {step_s:.0f} | {peak:.1f} |")
 
 
@@ -83,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"`python -m benchmarks.ablation {' '.join(argv if argv is not None else sys.argv[1:])}`",
         "",
-        "| run | change vs reference | success before [95% CI] (the run's eval_split) | after | train reward first -> last third "
-        "| tied steps | steps | s/step | peak GB |",
-        "|---|---|---|---|---|---|---|---|---|",
-        *[row(d, reference) for d in dirs],
+        "| run | change vs reference | success before [95% CI] (the run's eval_split) | after | after - reference's after "
+        "(paired) [95% CI] | train reward first -> last third | tied steps | steps | s/step | peak GB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *[row(d, reference, dirs[0]) for d in dirs],
         "",
     ]
     text = "\n".join(lines)

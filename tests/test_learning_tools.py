@@ -164,3 +164,24 @@ def test_heldout_comparison_pairs_success_and_invalid_episodes_task_by_task(tmp_
     assert h["gain"]["diff"] == 0.25 and h["gain"]["n"] == 4
     assert h["invalid_episodes"] == (0.75, 0.25) and h["invalid_change"]["diff"] == -0.5
     assert h["answers"]["before"][0] == ("x", 2)
+
+
+def test_ablation_pairs_each_run_with_the_reference_on_the_same_tasks(tmp_path):
+    import json
+
+    from benchmarks.ablation import versus
+
+    def run(name: str, successes: dict[str, bool]) -> "object":
+        directory = tmp_path / name / "trajectories"
+        directory.mkdir(parents=True)
+        (directory / "eval_step00000.jsonl").write_text(json.dumps({"task_id": "t0", "success": False}) + "\n")
+        lines = [json.dumps({"task_id": k, "success": v}) for k, v in successes.items()]
+        (directory / "eval_step00020.jsonl").write_text("\n".join(lines) + "\n")
+        return tmp_path / name
+
+    tasks = [f"t{i}" for i in range(40)]
+    reference = run("ref", {t: i < 10 for i, t in enumerate(tasks)})
+    better = run("better", {t: int(t[1:]) < 20 for t in reversed(tasks)})  # the last eval counts, in any order
+    other_tasks = run("other", {f"u{i}": True for i in range(40)})
+    assert versus(better, reference).startswith("+0.250 [+0.1")  # 10 more solved of 40, none lost
+    assert versus(other_tasks, reference) == "-"  # different tasks: no paired difference
