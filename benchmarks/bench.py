@@ -1,7 +1,7 @@
 """ES training vs pure inference on one workload: throughput, step time split and peak memory, side by side.
 
     python -m benchmarks.bench [--config configs/bench_decode.yaml] [--population 8] [--tasks 8] [--steps 1]
-                               [--rank 1] [--runs inference,es-full,es-table,es-lowrank,grpo,vllm,es-vllm-lowrank]
+                               [--rank 1] [--runs inference,es-full,es-table,es-lowrank,grpo,vllm,es-vllm-full,es-vllm-lowrank]
                                [--vllm-python .venv-vllm/bin/python]
 
 Every run is its own child process (a process's peak RSS only grows, so runs sharing a process would
@@ -22,6 +22,9 @@ then does the same work on the same tasks (those the ES trainer draws for steps 
               batch: run when --vllm-python (default .venv-vllm/bin/python, built by `make test-vllm`)
               exists. The prefix cache is reset before each timed rollout: ES resets it after every
               weight change, so inference must not get cache hits ES never gets
+  es-vllm-full
+              full-rank ES on the vLLM backend (noise table): members one after another, each written into
+              the engine by one weight reload from the noise table inside the worker, restored by another
   es-vllm-lowrank
               low-rank ES on the vLLM backend: each member a LoRA adapter built from its seed, all G*N
               episodes of a step in one generate call, the base weights updated once per step
@@ -44,9 +47,9 @@ import tempfile
 import time
 from pathlib import Path
 
-RUNS = ("inference", "inference-batched", "es-full", "es-table", "es-lowrank", "grpo", "vllm", "es-vllm-lowrank")
-ES_NOISE = {"es-full": "full", "es-table": "table", "es-lowrank": "lowrank", "es-vllm-lowrank": "lowrank"}
-VLLM_RUNS = ("vllm", "es-vllm-lowrank")
+RUNS = ("inference", "inference-batched", "es-full", "es-table", "es-lowrank", "grpo", "vllm", "es-vllm-full", "es-vllm-lowrank")
+ES_NOISE = {"es-full": "full", "es-table": "table", "es-lowrank": "lowrank", "es-vllm-full": "table", "es-vllm-lowrank": "lowrank"}
+VLLM_RUNS = ("vllm", "es-vllm-full", "es-vllm-lowrank")
 SPLIT = ("generate_s", "env_s", "perturb_s", "restore_s", "update_s")
 OVERHEAD = ("perturb_s", "restore_s", "update_s")
 MEMORY_ONLY = ("grpo",)
@@ -227,6 +230,8 @@ def _table(args, results: dict) -> tuple[list[str], dict]:
     if rate("es-vllm-lowrank") and rate("vllm"):
         ratios["es-vllm-lowrank_over_vllm"] = rate("es-vllm-lowrank") / rate("vllm")
         ratios["es-vllm-lowrank_rss_over_vllm"] = results["es-vllm-lowrank"]["peak_rss_mb"] / results["vllm"]["peak_rss_mb"]
+    if rate("es-vllm-full") and rate("vllm"):
+        ratios["es-vllm-full_over_vllm"] = rate("es-vllm-full") / rate("vllm")
     if rate("es-vllm-lowrank") and rate("es-lowrank"):
         ratios["es-vllm-lowrank_over_es-lowrank"] = rate("es-vllm-lowrank") / rate("es-lowrank")
     if rate("es-table") and full:

@@ -158,8 +158,32 @@ def test_member_weights_equal_hf_members(policy, hf_policy):
             engine = _engine_tensor(policy, name)
             assert torch.equal(engine, hf_params[name].detach()), name
         _assert_engine_holds_weights(policy, member)  # the tied output head too, not only the embedding
+    policy.generate(_chats(1), GREEDY)  # generating outside a member puts the master's weights back first
     for name in names:
         assert torch.equal(_engine_tensor(policy, name), policy.master_weights()[name].to(torch.bfloat16)), name
+
+
+@pytest.mark.vllm
+def test_full_rank_members_cost_one_weight_write_each(policy, monkeypatch):
+    """Members one after another: each is one write into the engine (no restore in between), and the
+    master's weights are back before anything outside a member generates."""
+    chats = _chats(8)
+    before = policy.generate(chats, GREEDY)
+    calls: list[str] = []
+    rpc = policy._rpc
+    monkeypatch.setattr(policy, "_rpc", lambda method, *args: (calls.append(method), rpc(method, *args))[1])
+    members = [Member(index=i, seed=40 + i, sigma=0.02) for i in range(3)]
+    inside = []
+    for member in members:
+        with policy.perturbed(member):
+            inside.append(policy.generate(chats, GREEDY))
+    _assert_engine_holds_weights(policy, members[-1])
+    writes = [c for c in calls if c in ("esopt_perturb", "esopt_restore", "esopt_apply", "esopt_load")]
+    assert writes == ["esopt_perturb"] * 3
+    assert all(out != before for out in inside)  # every member changed what the model says
+    assert policy.generate(chats, GREEDY) == before
+    assert [c for c in calls if c == "esopt_restore"] == ["esopt_restore"]
+    _assert_engine_holds_weights(policy)
 
 
 @pytest.mark.vllm

@@ -157,6 +157,8 @@ class VLLMPolicy(Policy):
         self.lora_modules: list[str] = self._rpc("esopt_lora_modules")[0]
         self._adapters: dict[tuple, Any] | None = None  # member key -> LoRARequest, inside population()
         self._next_adapter_id = 1
+        self._engine_holds_member = False  # a full-rank member's weights are still in the engine (see perturbed)
+        self._inside_member = False
         self.generate_calls = 0
         """LLM.generate calls so far (a population-batched step makes one per rollout turn)."""
         self.check_sync()
@@ -200,6 +202,7 @@ class VLLMPolicy(Policy):
             file = str(Path(tmp) / "master.safetensors")
             save_file({n: t.contiguous() for n, t in self._master.items()}, file)
             self._rpc("esopt_load", file)
+        self._engine_holds_member = False
         self._weights_changed()
 
     def load_optimizer_state(self, state: OptimizerState) -> None:
@@ -211,17 +214,28 @@ class VLLMPolicy(Policy):
 
     @contextlib.contextmanager
     def perturbed(self, member: Member) -> Iterator[None]:
+        # One weight write per member: the engine keeps the member's weights after the block, because the
+        # next member's perturbation overwrites every tensor anyway and the step's update (esopt_apply)
+        # writes the new master; anything else that needs the master's weights restores them first
+        # (_restore_master). Set before the RPC: a perturbation that fails half-way leaves them mixed.
+        self._engine_holds_member = self._inside_member = True
         try:
             self._rpc("esopt_perturb", member.to_json())
             self._weights_changed()
             yield
         finally:
+            self._inside_member = False
+
+    def _restore_master(self) -> None:
+        if self._engine_holds_member:
             self._rpc("esopt_restore")
+            self._engine_holds_member = False
             self._weights_changed()
 
     def apply(self, update: Update) -> None:
         apply_update(self._master, update, self.optimizer_state)
-        self._rpc("esopt_apply", update.to_json())
+        self._rpc("esopt_apply", update.to_json())  # writes the updated master into the engine
+        self._engine_holds_member = False
         self._weights_changed()
 
     def fingerprint(self) -> str:
@@ -274,6 +288,7 @@ class VLLMPolicy(Policy):
         problem = self._population_problem(members)
         if problem:
             raise ValueError(problem)
+        self._restore_master()  # adapters perturb the master's weights, not a full-rank member's
         previous = self._adapters
         unique = list({self._adapter_key(m): m for m in members}.values())
         shm = Path("/dev/shm")
@@ -333,6 +348,8 @@ class VLLMPolicy(Policy):
 
         if not chats:
             return []
+        if not self._inside_member:
+            self._restore_master()
         lora_requests = None
         if members is not None:
             members = list(members)
