@@ -61,6 +61,7 @@ def _config(args):
     config = load_config(args.config)
     config.es.population, config.tasks_per_step, config.steps = args.population, args.tasks, args.steps
     config.eval_tasks, config.eval_every, config.trajectories_per_step = 1, 0, 0
+    config.probe_tasks = 0  # the forgetting probe runs outside the timed steps: only time lost
     return config
 
 

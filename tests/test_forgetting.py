@@ -42,3 +42,25 @@ def test_es_run_report_shows_the_probe_before_and_after(tmp_path, make_tiny_poli
     assert all(0.0 <= r["probe/other_env_success"] <= 1.0 and r["probe/general_loglik"] < 0 for r in probes)
     report = (tmp_path / "probe" / "report.md").read_text()
     assert "## Forgetting probe" in report and "`countdown` success, 3 val tasks" in report
+
+
+def test_probe_decodes_the_same_whatever_the_runs_sampling(monkeypatch, make_tiny_policy):
+    """A run's forced reply length or stop strings must not reach the probe (vLLM rejects min 64 > max 24)."""
+    import dataclasses
+
+    from esopt.policy.base import SamplingConfig
+    from esopt.rollout import RolloutConfig
+    from esopt.train import forgetting
+
+    seen = []
+    monkeypatch.setattr(forgetting, "rollout", lambda policy, env, tasks, config, seed: seen.append(config) or _Result())
+    run = RolloutConfig(sampling=SamplingConfig(temperature=0.7, top_k=20, max_new_tokens=64, min_new_tokens=64, stop=["\n"]))
+    forgetting.probe(make_tiny_policy(), "math", run, tasks=2)
+    forgetting.probe(make_tiny_policy(), "math", RolloutConfig(), tasks=2)
+    assert seen[0].sampling == seen[1].sampling == SamplingConfig(temperature=0.0, max_new_tokens=24)
+    seen[0].sampling.validate()
+    assert dataclasses.replace(seen[0], sampling=run.sampling) == dataclasses.replace(run, history_turns=-1)
+
+
+class _Result:
+    metrics = {"success": 0.0}

@@ -14,6 +14,7 @@ import dataclasses
 
 import torch
 
+from esopt.policy.base import SamplingConfig
 from esopt.rollout import RolloutConfig, rollout
 
 GENERAL_PAIRS: tuple[tuple[str, str], ...] = (
@@ -93,11 +94,9 @@ def probe(policy, trained_env: str, rollout_config: RolloutConfig, tasks: int = 
     from esopt.envs import make_env
 
     env = make_env(*other_env_spec(trained_env))
-    greedy = dataclasses.replace(
-        rollout_config,
-        sampling=dataclasses.replace(rollout_config.sampling, temperature=0.0, max_new_tokens=24),
-        history_turns=-1,
-    )
+    # Its own decoding, not the run's: a run's forced reply length (min_new_tokens) or stop strings would
+    # change what the probe measures (and vLLM refuses min_new_tokens above the probe's 24).
+    greedy = dataclasses.replace(rollout_config, sampling=SamplingConfig(temperature=0.0, max_new_tokens=24), history_turns=-1)
     result = rollout(policy, env, env.tasks("val", tasks, 0), greedy, seed=0)
     out["probe/other_env_success"] = result.metrics["success"]
     return out
