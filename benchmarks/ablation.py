@@ -60,13 +60,14 @@ def versus(run_dir: Path, reference_dir: Path) -> str:
     return f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
 
 
-def row(run_dir: Path, reference: dict, reference_dir: Path) -> str:
+def row(run_dir: Path, reference_dir: Path) -> str:
     from esopt.envs.metrics import wilson_interval
     from esopt.es import read_history
     from esopt.train.diagnostics import tie_summary
     from esopt.train.logging import read_metrics
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    reference = yaml.safe_load((reference_dir / "config.yaml").read_text())
     metrics = read_metrics(run_dir)
     evals = [r for r in metrics if "eval/success" in r]
     train = [r for r in metrics if "time/step_s" in r]
@@ -102,14 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(d) for d in dirs if not (d / "config.yaml").exists()]
     if missing:
         raise SystemExit(f"not a run directory (no config.yaml): {', '.join(missing)}")
-    reference = yaml.safe_load((dirs[0] / "config.yaml").read_text())
     lines = [
         f"`python -m benchmarks.ablation {' '.join(argv if argv is not None else sys.argv[1:])}`",
         "",
         "| run | change vs reference | success before [95% CI] (the run's eval_split) | after | after - reference's after "
         "(paired) [95% CI] | train reward first -> last third | tied steps | steps | s/step | peak GB |",
         "|---|---|---|---|---|---|---|---|---|---|",
-        *[row(d, reference, dirs[0]) for d in dirs],
+        *[row(d, dirs[0]) for d in dirs],
         "",
     ]
     text = "\n".join(lines)

@@ -24,7 +24,8 @@ then does the same work on the same tasks (those the ES trainer draws for steps 
               weight change, so inference must not get cache hits ES never gets
   es-vllm-full
               full-rank ES on the vLLM backend (noise table): members one after another, each written into
-              the engine by one weight reload from the noise table inside the worker, restored by another
+              the engine by one weight reload from the noise table inside the worker (the next member's
+              write or the step's update replaces it: no restore in between)
   es-vllm-lowrank
               low-rank ES on the vLLM backend: each member a LoRA adapter built from its seed, all G*N
               episodes of a step in one generate call, the base weights updated once per step
