@@ -34,7 +34,11 @@ Throughput is generated tokens per second of wall-clock. The default workload fi
 tokens (sampling.min_new_tokens), so every run does the same work; with free-length replies, members
 that stop early would make episodes/s flatter them and tokens/s penalise them. Each ES step's time
 split comes from the trainer's own timers. `--repeats R` runs the throughput measurements R times,
-round-robin, and reports the median. Writes bench_results/bench.json and bench.md.
+round-robin, and reports the median. The scaling table runs every ES run of --runs once more at each
+population size G of --scaling with the episodes per step fixed (N = G x N / G), so the cost of a
+larger population shows at equal work. Every run loads the model as its kind needs it: inference
+holds the model alone (the fp32 master copy is made on the first weight change), ES and GRPO the model
+and the master. Writes bench_results/bench.json and bench.md.
 """
 
 from __future__ import annotations
@@ -274,6 +278,46 @@ def _table(args, results: dict) -> tuple[list[str], dict]:
     return lines, ratios
 
 
+def _scaling(args, argv: list[str], kinds: list[str], failed: list[str]) -> list[dict]:
+    """Each ES run again at every population size of --scaling, the episodes per step (G x N) fixed."""
+    episodes = args.population * args.tasks
+    rows = []
+    for g in [int(x) for x in args.scaling.split(",") if x.strip()]:
+        n = max(1, episodes // g)
+        for kind in kinds:
+            python = args.vllm_python if kind in VLLM_RUNS else sys.executable
+            result = _run_child(kind, python, [*argv, "--population", str(g), "--tasks", str(n)])
+            if result is None:
+                failed.append(f"{kind} at G={g}")
+            else:
+                rows.append({"population": g, "tasks": n, **result})
+    return rows
+
+
+def _scaling_table(args, results: dict, rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    reference = {"hf": results.get("inference-batched"), "vllm": results.get("vllm")}
+    lines = [
+        "",
+        f"Scaling: the same {args.population * args.tasks} episodes per step split over a growing population "
+        "(one run each; / inference: over inference-batched for the HF runs, over vllm for the vLLM runs, from the table above):",
+        "",
+        "| run | G | N | tokens/s | / inference | peak RSS (MB) | peak - floor (MB) | perturb+restore+update |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r["kind"], r["population"])):
+        tps = r["tokens"] / r["seconds"] if r.get("tokens") else None
+        ref = reference["vllm" if r["kind"] in VLLM_RUNS else "hf"]
+        over = tps / (ref["tokens"] / ref["seconds"]) if tps and ref else None
+        overhead = sum(r["split"][k] for k in OVERHEAD) if "split" in r else None
+        lines.append(
+            f"| {r['kind']} | {r['population']} | {r['tasks']} | {_fmt(tps, '.1f')} | {_fmt(over, '.2f')} | "
+            f"{r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] - r['floor_rss_mb']:.0f} | {_fmt(overhead, '.1%')} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/bench_decode.yaml", help="workload (model, env, rollout)")
@@ -286,6 +330,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="run each throughput measurement this many times (median)")
     parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated subset of " + ",".join(RUNS))
     parser.add_argument("--vllm-python", default=".venv-vllm/bin/python", help="interpreter with the vllm extra")
+    parser.add_argument(
+        "--scaling", default="4,8,16,32",
+        help="population sizes G for the scaling table: each ES run again at every G with N = G*N/G tasks ('' = none)",
+    )
     parser.add_argument("--out", default="bench_results", help="output directory")
     parser.add_argument("--child", choices=RUNS, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", help=argparse.SUPPRESS)
@@ -318,10 +366,12 @@ def main(argv: list[str] | None = None) -> None:
                 repeats[kind].append(result)
     results = {kind: _median_run(rs) for kind, rs in repeats.items() if rs}
     lines, ratios = _table(args, results)
+    scaling = _scaling(args, argv, [k for k in runs if k in ES_NOISE and k not in failed], failed)
+    lines += _scaling_table(args, results, scaling)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(
-        json.dumps({"args": vars(args), "results": results, "ratios": ratios, "repeats": repeats}, indent=2)
+        json.dumps({"args": vars(args), "results": results, "ratios": ratios, "repeats": repeats, "scaling": scaling}, indent=2)
     )
     (out / "bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -89,6 +89,17 @@ def test_bf16_model_keeps_small_updates_in_master(make_tiny_policy):
     assert all(not torch.equal(base[n], t) for n, t in policy.master_weights().items())
 
 
+def test_generating_holds_no_master_copy_and_the_first_weight_change_starts_from_the_loaded_weights(make_tiny_policy):
+    policy = make_tiny_policy(dtype=torch.bfloat16)
+    loaded = _snapshot(policy)
+    policy.generate([[{"role": "user", "content": "hi"}]], SamplingConfig(max_new_tokens=3))
+    held = [t for value in vars(policy).values() if isinstance(value, dict) for t in value.values()]
+    assert not any(isinstance(t, torch.Tensor) and t.dtype == torch.float32 for t in held)  # the bf16 model only
+    with policy.perturbed(Member(index=0, seed=3, sigma=1e-2)):
+        assert all(not torch.equal(p, loaded[n]) for n, p in policy.model.named_parameters())
+    _assert_same(_snapshot(policy), loaded)
+    assert all(torch.equal(t, loaded[n].float()) for n, t in policy.master_weights().items())
+
 def test_save_loads_with_from_pretrained(make_tiny_policy, tmp_path):
     policy = make_tiny_policy()
     strategy = make_strategy(ESConfig(population=2, alpha=1e-2), total_steps=1, run_seed=0)

@@ -3,7 +3,8 @@
 Weights: an fp32 master copy is the truth. A member's weights are written as
 master + sign*sigma*eps; restoring copies the master back (exact, whatever the
 model dtype); updates go to the master, then to the model (bf16 weights could
-not hold a 1e-5 update).
+not hold a 1e-5 update). The master is made from the loaded weights on first use,
+so a policy that only generates (esopt eval, inference) holds the model alone.
 
 Population batching (low-rank noise): `generate(chats, ..., members=[...])`
 answers each chat with its own member's weights in ONE batched forward over the
@@ -27,6 +28,7 @@ after another with materialised weights (`supports_population` says no).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,7 +117,6 @@ class HFPolicy(Policy):
             tokenizer.pad_token = tokenizer.eos_token
         # named_parameters() lists a tied tensor once, so tied embeddings are perturbed once.
         self._params = dict(model.named_parameters())
-        self._master = {name: p.detach().to(torch.float32, copy=True) for name, p in self._params.items()}
         self.optimizer_state = OptimizerState()
         self._hook_targets, self._unhookable = hook_targets(model, self._params)
         self._population: PopulationFactors | None = None
@@ -136,6 +137,11 @@ class HFPolicy(Policy):
         return cls(model, tokenizer, max_batch_size=config.max_batch_size, jump_forward=config.jump_forward)
 
     # ---- weights -------------------------------------------------------------------------
+    @functools.cached_property
+    def _master(self) -> dict[str, torch.Tensor]:
+        # Every weight change goes through the master, so until it exists the model holds the loaded weights.
+        return {name: p.detach().to(torch.float32, copy=True) for name, p in self._params.items()}
+
     def master_weights(self) -> dict[str, torch.Tensor]:
         return self._master
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
@@ -151,7 +152,7 @@ class VLLMPolicy(Policy):
             )
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
-        self._master = load_master(self.path, DTYPES[config.dtype])
+        self._dtype = config.dtype
         self.optimizer_state = OptimizerState()
         self.weight_sync = self._rpc("esopt_init", str(self.path), config.dtype, config.weight_sync)[0]
         self.lora_modules: list[str] = self._rpc("esopt_lora_modules")[0]
@@ -161,7 +162,6 @@ class VLLMPolicy(Policy):
         self._inside_member = False
         self.generate_calls = 0
         """LLM.generate calls so far (a population-batched step makes one per rollout turn)."""
-        self.check_sync()
 
     # ---- plumbing ------------------------------------------------------------------------
     def _rpc(self, method: str, *args) -> list:
@@ -190,6 +190,11 @@ class VLLMPolicy(Policy):
                 llm.llm_engine.engine_core.shutdown()
 
     # ---- weights -------------------------------------------------------------------------
+    @functools.cached_property
+    def _master(self) -> dict[str, torch.Tensor]:
+        # Made on first use, here and in the workers: an engine that only generates holds no fp32 copy.
+        return load_master(self.path, DTYPES[self._dtype])
+
     def master_weights(self) -> dict[str, torch.Tensor]:
         return self._master
 

@@ -9,6 +9,7 @@ engine (`weight_sync`: reload on CPU, in-place on GPU).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Iterator
 
@@ -51,14 +52,20 @@ class ESWorkerExtension:
         if mode == "auto":
             mode = "reload" if self.device.type == "cpu" else "inplace"
         self._esopt_mode = mode
-        master = load_master(path, DTYPES[dtype])
-        if self.device.type != "cpu":
-            master = {name: t.to(self.device) for name, t in master.items()}
-        self._esopt_master = master
+        self._esopt_source = (path, dtype)
         self._esopt_optimizer = OptimizerState()
         self._esopt_dtype = self.model_config.dtype
         self._esopt_tied = self._esopt_tied_modules()
         return mode
+
+    @functools.cached_property
+    def _esopt_master(self) -> dict[str, torch.Tensor]:
+        # Made on first use: an engine that only generates holds no fp32 copy.
+        path, dtype = self._esopt_source
+        master = load_master(path, DTYPES[dtype])
+        if self.device.type != "cpu":
+            master = {name: t.to(self.device) for name, t in master.items()}
+        return master
 
     def esopt_fingerprint(self) -> str:
         return weights_fingerprint(self._esopt_master)
