@@ -197,10 +197,13 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _tokens_per_s(run: dict | None) -> float | None:
+    return run["tokens"] / run["seconds"] if run and run.get("tokens") else None
+
+
 def _table(args, results: dict) -> tuple[list[str], dict]:
     def rate(kind):
-        r = results.get(kind)
-        return r["tokens"] / r["seconds"] if r and r.get("tokens") else None
+        return _tokens_per_s(results.get(kind))
 
     inference, full = rate("inference"), rate("es-full")
     ratios: dict[str, float] = {}
@@ -307,9 +310,9 @@ def _scaling_table(args, results: dict, rows: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (r["kind"], r["population"])):
-        tps = r["tokens"] / r["seconds"] if r.get("tokens") else None
-        ref = reference["vllm" if r["kind"] in VLLM_RUNS else "hf"]
-        over = tps / (ref["tokens"] / ref["seconds"]) if tps and ref else None
+        tps = _tokens_per_s(r)
+        ref = _tokens_per_s(reference["vllm" if r["kind"] in VLLM_RUNS else "hf"])
+        over = tps / ref if tps and ref else None
         overhead = sum(r["split"][k] for k in OVERHEAD) if "split" in r else None
         lines.append(
             f"| {r['kind']} | {r['population']} | {r['tasks']} | {_fmt(tps, '.1f')} | {_fmt(over, '.2f')} | "

@@ -32,6 +32,7 @@ def main() -> None:
     from esopt.envs import make_env
     from esopt.es import make_strategy
     from esopt.policy import load_policy
+    from esopt.population.local import evaluate_population
     from esopt.rollout import rollout
     from esopt.train.config import load_config
     from esopt.train.es_trainer import engine_model_config, step_work
@@ -46,26 +47,24 @@ def main() -> None:
     env = make_env(config.env.name, config.env.options)
     tasks, seed = step_work(config, env, 0)
     members = make_strategy(config.es, total_steps=1, run_seed=config.seed).ask(0)
-    chats = [task for _ in members for task in tasks]
-    tagged = [m for m in members for _ in tasks]
 
-    def plain():
-        return rollout(policy, env, chats, config.rollout, seed=seed)
+    def plain() -> int:  # the same G x N episodes with the unperturbed weights
+        return rollout(policy, env, tasks * len(members), config.rollout, seed=seed).generated_tokens
 
-    def adapters():
-        with policy.population(members):
-            return rollout(policy, env, chats, config.rollout, seed=seed, members=tagged)
+    def adapters() -> int:  # what a low-rank ES step runs
+        results = evaluate_population(policy, env, members, tasks, config.rollout, seed)
+        return sum(r.generated_tokens for r in results)
 
     for name, run in (("without adapters", plain), ("with G adapters", adapters)):
         run()  # warm-up at the timed shapes
         policy.reset_prefix_cache()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             t = time.perf_counter()
-            result = run()
+            tokens = run()
             seconds = time.perf_counter() - t
         events = [e for e in prof.key_averages() if not e.key.startswith("ProfilerStep")]
         total = sum(e.self_cpu_time_total for e in events)
-        print(f"\n## {name}: {seconds:.2f} s, {result.generated_tokens} tokens, {result.generated_tokens / seconds:.1f} tokens/s")
+        print(f"\n## {name}: {seconds:.2f} s, {tokens} tokens, {tokens / seconds:.1f} tokens/s")
         print("| op | self CPU s | share | calls |\n|---|---|---|---|")
         for e in sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[: args.top]:
             print(f"| {e.key} | {e.self_cpu_time_total / 1e6:.2f} | {e.self_cpu_time_total / total:.1%} | {e.count} |")

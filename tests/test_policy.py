@@ -100,6 +100,7 @@ def test_generating_holds_no_master_copy_and_the_first_weight_change_starts_from
     _assert_same(_snapshot(policy), loaded)
     assert all(torch.equal(t, loaded[n].float()) for n, t in policy.master_weights().items())
 
+
 def test_save_loads_with_from_pretrained(make_tiny_policy, tmp_path):
     policy = make_tiny_policy()
     strategy = make_strategy(ESConfig(population=2, alpha=1e-2), total_steps=1, run_seed=0)
