@@ -89,6 +89,17 @@ def test_bf16_model_keeps_small_updates_in_master(make_tiny_policy):
     assert all(not torch.equal(base[n], t) for n, t in policy.master_weights().items())
 
 
+def test_the_output_head_multiplies_a_contiguous_input_in_prefill(make_tiny_policy):
+    # A non-contiguous [B, 1, H] slice made torch copy the frozen head's weight once per row (a bmm path):
+    # 200x slower and B x the head's size in memory on the real model.
+    policy = make_tiny_policy(dtype=torch.bfloat16)
+    seen = []
+    policy.model.get_output_embeddings().register_forward_hook(lambda m, args, out: seen.append(args[0].is_contiguous()))
+    chats = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "a longer question than that"}]]
+    policy.generate(chats, SamplingConfig(max_new_tokens=3))
+    assert len(seen) >= 2 and all(seen)
+
+
 def test_generating_holds_no_master_copy_and_the_first_weight_change_starts_from_the_loaded_weights(make_tiny_policy):
     policy = make_tiny_policy(dtype=torch.bfloat16)
     loaded = _snapshot(policy)

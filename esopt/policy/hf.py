@@ -111,6 +111,9 @@ class HFPolicy(Policy):
         self.jump_forward = jump_forward
         model.eval()
         model.requires_grad_(False)
+        head = model.get_output_embeddings()
+        if head is not None:
+            head.register_forward_pre_hook(_contiguous_inputs)
         self.model = model
         self.tokenizer = tokenizer
         if tokenizer.pad_token is None:
@@ -366,6 +369,14 @@ class HFPolicy(Policy):
         lengths = _reply_lengths(new_tokens, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
         reply_ids = [row[:length] for row, length in zip(new_tokens.tolist(), lengths)]
         return [_cut_at_stop(prefix + reply, sampling.stop) for prefix, reply in zip(prefixes, replies)], reply_ids
+
+
+def _contiguous_inputs(module, args):
+    # generate's prefill feeds the head the last position only, a non-contiguous [B, 1, H] view. For a weight
+    # that does not require grad, torch's matmul then takes a bmm path that copies the whole weight once per
+    # row (pytorch/pytorch#186148): for SmolLM2's 49k x 576 head at B=32, 1.75 s and 1.8 GB per prefill
+    # against 9 ms for the same, bit-identical, product on a contiguous input.
+    return tuple(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args)
 
 
 def _reply_lengths(new_tokens: torch.Tensor, eos_id: int, pad_id: int) -> list[int]:
