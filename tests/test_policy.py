@@ -100,6 +100,54 @@ def test_the_output_head_multiplies_a_contiguous_input_in_prefill(make_tiny_poli
     assert len(seen) >= 2 and all(seen)
 
 
+@pytest.mark.parametrize("population", [False, True])
+def test_shared_prefill_gives_the_logits_of_a_plain_prefill(make_tiny_policy, population):
+    import contextlib
+
+    from esopt.es import LowRankNoise
+    from esopt.policy.prefill import shared_prefill
+
+    policy = make_tiny_policy()
+    tok = policy.tokenizer
+    system = {"role": "system", "content": "You play a game. Reply with one move."}
+    chats = [[system, {"role": "user", "content": "Board " + "x " * i}] for i in (1, 4, 2)]
+    chats = chats + chats[:2]  # repeated prompts share cache rows (without members)
+    texts = tok.apply_chat_template(chats, add_generation_prompt=True, tokenize=False)
+    members = [None] * len(chats)
+    if population:  # each row its member: the shared system prompt must still run once per member
+        members = [Member(index=i % 2, seed=300 + i % 2, sigma=0.5, noise=LowRankNoise(rank=2)) for i in range(len(chats))]
+    rows = policy._member_rows(members) if population else contextlib.nullcontext()
+    with torch.inference_mode(), rows:
+        plain = tok(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        expected = policy.model(**plain).logits[:, -1]
+        ids = tok(texts, add_special_tokens=False)["input_ids"]
+        batch = shared_prefill(policy.model, ids, members, tok.pad_token_id, policy._run_rows_as)
+        assert batch.cache.get_seq_length() == batch.input_ids.shape[1] - 1  # every column but the last
+        mask = batch.attention_mask
+        positions = (mask.cumsum(-1) - 1)[:, -1:]
+        got = policy.model(input_ids=batch.input_ids[:, -1:], attention_mask=mask, position_ids=positions, cache=batch.cache).logits[:, -1]
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    same_prompt_gap = (got[3] - got[0]).abs().max()  # chats[3] repeats chats[0]
+    assert same_prompt_gap > 1e-3 if population else same_prompt_gap < 1e-5
+    assert (expected[1] - expected[0]).abs().max() > 1e-3  # the prompts differ where it matters
+
+
+@pytest.mark.parametrize("population", [False, True])
+def test_generate_with_a_shared_prefill_gives_the_replies_of_a_plain_one(make_tiny_policy, population):
+    from esopt.es import LowRankNoise
+
+    shared, plain = make_tiny_policy(), make_tiny_policy()
+    plain.share_prefill = False
+    chats = [[{"role": "system", "content": "Play."}, {"role": "user", "content": "Board " + "x " * i}] for i in (1, 4, 2, 1)]
+    members = None
+    if population:
+        members = [Member(index=i % 2, seed=300 + i % 2, sigma=0.5, noise=LowRankNoise(rank=2)) for i in range(len(chats))]
+    for sampling, seed in ((SamplingConfig(max_new_tokens=6), 0), (SamplingConfig(max_new_tokens=6, temperature=1.0), 4)):
+        shared.generate(chats, sampling, seed=seed, members=members)
+        plain.generate(chats, sampling, seed=seed, members=members)
+        assert shared.last_reply_ids == plain.last_reply_ids
+
+
 def test_generating_holds_no_master_copy_and_the_first_weight_change_starts_from_the_loaded_weights(make_tiny_policy):
     policy = make_tiny_policy(dtype=torch.bfloat16)
     loaded = _snapshot(policy)

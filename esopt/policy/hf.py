@@ -61,6 +61,7 @@ from esopt.policy.lowrank_hooks import (
 )
 from esopt.policy.guided import GrammarComplete, forced_prefix
 from esopt.policy.models import resolve_model_path
+from esopt.policy.prefill import shared_prefill
 from esopt.policy.sampling import sampling_processors
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -79,6 +80,12 @@ class ModelConfig(Config):
         "guided decoding: text the grammar forces (e.g. 'set 2 3' when one cell is empty) is prefilled with the "
         "prompt instead of decoded token by token; replies follow the same distribution, but bf16 rounding can "
         "flip greedy near-ties (false reproduces runs made before this option existed)",
+    )
+    share_prefill: bool = opt(
+        True,
+        "prompt tokens the rows of a generate call share (the system prompt; a task's whole prompt when it is "
+        "sampled several times under one member) run through the model once; replies follow the same "
+        "distribution, but bf16 rounding can flip greedy near-ties (false reproduces runs made before this option)",
     )
     backend: str = opt("hf", "policy backend: hf (transformers) | vllm (needs the vllm extra; see README)")
     vllm: dict = opt({}, "backend=vllm only: engine options (kv_cache_gib, enforce_eager, weight_sync, multiprocessing, ...)")
@@ -106,9 +113,10 @@ def resolve_device(device: str) -> torch.device:
 
 
 class HFPolicy(Policy):
-    def __init__(self, model, tokenizer, max_batch_size: int = 0, jump_forward: bool = True):
+    def __init__(self, model, tokenizer, max_batch_size: int = 0, jump_forward: bool = True, share_prefill: bool = True):
         self.max_batch_size = max_batch_size
         self.jump_forward = jump_forward
+        self.share_prefill = share_prefill
         model.eval()
         model.requires_grad_(False)
         head = model.get_output_embeddings()
@@ -123,7 +131,10 @@ class HFPolicy(Policy):
         self.optimizer_state = OptimizerState()
         self._hook_targets, self._unhookable = hook_targets(model, self._params)
         self._population: PopulationFactors | None = None
+        self._batch_coef: torch.Tensor | None = None
+        """Per row of the current generate batch: its member's coefficients on the population's factor columns."""
         self._row_coef: torch.Tensor | None = None
+        """The coefficients the hooks apply to the rows of the next forward (a selection of _batch_coef's rows)."""
 
     @classmethod
     def load(cls, config: ModelConfig) -> "HFPolicy":
@@ -137,7 +148,10 @@ class HFPolicy(Policy):
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=DTYPES[config.dtype], attn_implementation=config.attn_implementation
         ).to(resolve_device(config.device))
-        return cls(model, tokenizer, max_batch_size=config.max_batch_size, jump_forward=config.jump_forward)
+        return cls(
+            model, tokenizer, max_batch_size=config.max_batch_size, jump_forward=config.jump_forward,
+            share_prefill=config.share_prefill,
+        )
 
     # ---- weights -------------------------------------------------------------------------
     @functools.cached_property
@@ -246,7 +260,7 @@ class HFPolicy(Policy):
             if m is not None:
                 slot = population.slots[m.seed]
                 coef[j, slot * rank : (slot + 1) * rank] = float(m.sign) * float(m.sigma) / math.sqrt(rank)
-        self._row_coef = coef.to(self.model.device)
+        self._batch_coef = self._row_coef = coef.to(self.model.device)
         handles = []
         try:
             for module, kind, name in self._hook_targets:
@@ -259,7 +273,12 @@ class HFPolicy(Policy):
         finally:
             for handle in handles:
                 handle.remove()
-            self._row_coef = None
+            self._batch_coef = self._row_coef = None
+
+    def _run_rows_as(self, rows: Sequence[int]) -> None:
+        """The next forward's j-th row runs with the member of the batch's row rows[j] (population batching)."""
+        if self._batch_coef is not None:
+            self._row_coef = self._batch_coef[list(rows)]
 
     def fingerprint(self) -> str:
         return weights_fingerprint(self._master)
@@ -329,7 +348,10 @@ class HFPolicy(Policy):
             end = start + size
             rows = contextlib.nullcontext() if members is None else self._member_rows(members[start:end])
             with rows:
-                batch_replies, batch_ids = self._generate_batch(chats[start:end], sampling, regexes[start:end], seed + start)
+                batch_replies, batch_ids = self._generate_batch(
+                    chats[start:end], sampling, regexes[start:end], seed + start,
+                    None if members is None else members[start:end],
+                )
             replies += batch_replies
             lengths += [len(ids) for ids in batch_ids]
             reply_ids += batch_ids
@@ -340,7 +362,7 @@ class HFPolicy(Policy):
         self.last_reply_ids = reply_ids
         return replies
 
-    def _generate_batch(self, chats, sampling, regexes, seed) -> tuple[list[str], list[list[int]]]:
+    def _generate_batch(self, chats, sampling, regexes, seed, members=None) -> tuple[list[str], list[list[int]]]:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         texts = self.tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=False)
@@ -350,21 +372,27 @@ class HFPolicy(Policy):
         prefixes = [prefix for prefix, _ in split]
         regexes = [rest for _, rest in split]
         texts = [text + prefix for text, prefix in zip(texts, prefixes)]
-        encoded = self.tokenizer(
-            texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
-        ).to(self.model.device)
+        if self.share_prefill and len(texts) > 1:
+            rows = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+            groups = [None] * len(rows) if members is None else members
+            batch = shared_prefill(self.model, rows, groups, self.tokenizer.pad_token_id, self._run_rows_as)
+            inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "cache": batch.cache}
+        else:
+            inputs = self.tokenizer(
+                texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+            ).to(self.model.device)
         grammar = self._regex_processor(regexes) if any(r is not None for r in regexes) else None
         processors = LogitsProcessorList(([grammar] if grammar else []) + sampling_processors(sampling))
         stopping = StoppingCriteriaList([GrammarComplete(grammar)] if grammar and self.jump_forward else [])
         torch.manual_seed(seed)
         output = self.model.generate(
-            **encoded,
+            **inputs,
             generation_config=self._generation_config(sampling),
             logits_processor=processors,
             stopping_criteria=stopping,
             tokenizer=self.tokenizer if sampling.stop else None,
         )
-        new_tokens = output[:, encoded["input_ids"].shape[1] :]
+        new_tokens = output[:, inputs["input_ids"].shape[1] :]
         replies = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         lengths = _reply_lengths(new_tokens, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
         reply_ids = [row[:length] for row, length in zip(new_tokens.tolist(), lengths)]

@@ -1,0 +1,99 @@
+"""Shared prefill: prompt tokens that several rows of a generate batch have in common run through the model once.
+
+In an ES step every row of a batch starts with the env's system prompt, and with `samples_per_task` each
+task's whole prompt appears several times, all under one member's weights. Prefill (the prompt's forward
+pass) is most of an episode's cost when replies are short, so the batch is laid out as
+
+    row r:  common prefix | padding | the rest of row r's prompt
+
+and its KV cache is built in three forwards: the common prefix once per group of rows that share weights,
+the rest once per distinct (weights, prompt) pair, then gathered to every row. The cache covers all but
+the last column, which generate runs itself to produce the first logits. Positions and attention follow
+the padding exactly as generate's own left-padded prefill does, so a row sees the same keys and values;
+bf16 kernels on other batch shapes may round differently in the last bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Hashable, Sequence
+
+import torch
+
+
+@dataclass
+class PrefilledBatch:
+    input_ids: torch.Tensor
+    """[rows, P + L]: the common prefix (P tokens), padding, then each row's remaining prompt (right-aligned)."""
+    attention_mask: torch.Tensor
+    cache: object
+    """A transformers DynamicCache holding keys and values of every column but the last."""
+
+
+def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
+    """Tokens every row starts with, leaving each row at least one token of its own."""
+    limit = min(len(row) for row in rows) - 1
+    first = rows[0]
+    n = 0
+    while n < limit and all(row[n] == first[n] for row in rows):
+        n += 1
+    return n
+
+
+def shared_prefill(
+    model,
+    rows: Sequence[Sequence[int]],
+    groups: Sequence[Hashable],
+    pad_id: int,
+    run_rows_as: Callable[[Sequence[int]], None],
+) -> PrefilledBatch:
+    """Lay out `rows` (each row's prompt token ids) and build their KV cache with each distinct piece computed once.
+
+    `groups[r]` names the weights row r runs with (rows of one group may share cache entries);
+    `run_rows_as(indices)` makes the next forward's j-th row run with the weights of row indices[j]."""
+    from transformers import DynamicCache
+
+    device = model.device
+    prefix = common_prefix_length(rows)
+    width = max(len(row) for row in rows) - prefix
+    ids = torch.full((len(rows), prefix + width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, row in enumerate(rows):
+        ids[r, :prefix] = torch.tensor(row[:prefix])
+        ids[r, prefix + width - (len(row) - prefix) :] = torch.tensor(row[prefix:])
+        mask[r, :prefix] = 1
+        mask[r, prefix + width - (len(row) - prefix) :] = 1
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as generate computes them
+    ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
+
+    pieces: dict[tuple, int] = {}  # (group, prompt) -> index of its first row in `firsts`
+    piece_of_row, firsts = [], []
+    for r, row in enumerate(rows):
+        key = (groups[r], tuple(row))
+        if key not in pieces:
+            pieces[key] = len(firsts)
+            firsts.append(r)
+        piece_of_row.append(pieces[key])
+    heads: dict[Hashable, int] = {}  # group -> its first row
+    for r in firsts:
+        heads.setdefault(groups[r], r)
+    head_of = {group: i for i, group in enumerate(heads)}
+
+    decoder = model.get_decoder()
+    cache = DynamicCache(config=model.config)
+    if prefix:
+        run_rows_as(list(heads.values()))
+        decoder(input_ids=ids[list(heads.values()), :prefix], cache=cache, use_cache=True)
+        cache.batch_select_indices(torch.tensor([head_of[groups[r]] for r in firsts], device=device))
+    if width > 1:
+        run_rows_as(firsts)
+        decoder(
+            input_ids=ids[firsts, prefix:-1],
+            attention_mask=mask[firsts, :-1],
+            position_ids=positions[firsts, prefix:-1],
+            cache=cache,
+            use_cache=True,
+        )
+    cache.batch_select_indices(torch.tensor(piece_of_row, device=device))
+    run_rows_as(range(len(rows)))
+    return PrefilledBatch(ids, mask, cache)
