@@ -134,3 +134,27 @@ def test_bad_config_values_are_named(tmp_path, tiny_train_config):
     config.env.name = "chess"
     with pytest.raises(ConfigError, match="unknown env 'chess'"):
         config.validate()
+
+
+def test_samples_per_task_plays_each_task_k_times_and_averages_them(tmp_path, make_tiny_policy, tiny_train_config):
+    from esopt.envs import make_env
+    from esopt.es import make_strategy
+    from esopt.population import LocalEvaluator
+    from esopt.train.es_trainer import step_work
+
+    config = tiny_train_config(tmp_path, "k", samples_per_task=4, tasks_per_step=2)
+    config.rollout.sampling.temperature = 1.5
+    config.validate()
+    env = make_env(config.env.name, config.env.options)
+    episodes, seed = step_work(config, env, 0)
+    first, second = episodes[0].id, episodes[4].id
+    assert first != second and [t.id for t in episodes] == [first] * 4 + [second] * 4
+    members = make_strategy(config.es, config.steps, config.seed).ask(0)[:2]
+    results = LocalEvaluator(make_tiny_policy(), env).evaluate(members, episodes, config.rollout, seed, keep_trajectories=8)
+    for result in results:
+        rewards = [t["reward"] for t in result.trajectories]
+        assert len(rewards) == 8 and result.fitness == pytest.approx(sum(rewards) / 8)
+        assert len({tuple(t["actions"]) for t in result.trajectories[:4]}) > 1  # k different draws of one task
+    config.rollout.sampling.temperature = 0.0
+    with pytest.raises(ConfigError, match="samples_per_task 4 repeats each task under greedy decoding"):
+        config.validate()

@@ -100,7 +100,7 @@ class CompareConfig(EnvRunConfig):
 
 def episodes_per_step(method: str, config) -> int:
     if method == "es":
-        return config.es.population * config.tasks_per_step
+        return config.es.population * config.tasks_per_step * config.samples_per_task
     return config.tasks_per_step * config.group_size
 
 

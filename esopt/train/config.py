@@ -87,6 +87,12 @@ class TrainConfig(TrainingRunConfig):
     dist: DistSection = opt(DistSection(), "where members are evaluated (local or Ray workers; sync or async ES)")
     steps: int = opt(10, "ES steps (updates)")
     tasks_per_step: int = opt(8, "N: training tasks per step; every member sees the same N tasks")
+    samples_per_task: int = opt(
+        1,
+        "k: each member plays every task k times, with k sampler draws that are the same for every member (common "
+        "random numbers), and its fitness is the mean over the N x k episodes: an estimate of its expected reward "
+        "that varies smoothly with the weights. Repeated prompts share their prefill, so short replies make it cheap",
+    )
     eval_greedy: bool = opt(True, "evaluate with greedy decoding whatever rollout.sampling says (false: evaluate with rollout.sampling)")
     seed: int = opt(0, "run seed: member seeds, task batches and decoding seeds derive from it")
     checkpoint_every: int = opt(0, "save a checkpoint every k steps (0 = only the final one)")
@@ -111,9 +117,14 @@ class TrainConfig(TrainingRunConfig):
                 f"dist.workers {self.dist.workers} evaluates members on Ray, which is not installed; install it with: "
                 "pip install 'esopt[ray]'  (or set dist.workers 0)"
             )
-        for name in ("steps", "tasks_per_step"):
+        for name in ("steps", "tasks_per_step", "samples_per_task"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.samples_per_task > 1 and self.rollout.sampling.greedy:
+            raise ConfigError(
+                f"samples_per_task {self.samples_per_task} repeats each task under greedy decoding, which gives the same "
+                "episode every time; set rollout.sampling.temperature > 0 (or samples_per_task 1)"
+            )
         if self.checkpoint_every < 0:
             raise ConfigError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
         if self.keep_checkpoints < 1:

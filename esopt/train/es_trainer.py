@@ -59,9 +59,11 @@ def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 
 
 def step_work(config: TrainConfig, env, step: int) -> tuple[list, int]:
-    """The tasks and decoding seed of the members evaluated at weights version `step`."""
+    """The episodes (each task samples_per_task times in a row) and decoding seed of the members evaluated at
+    weights version `step`."""
     tasks = env.tasks("train", config.tasks_per_step, derive_seed(config.seed, "tasks", step))
-    return tasks, derive_seed(config.seed, "decode", step)  # common random numbers across members
+    episodes = [task for task in tasks for _ in range(config.samples_per_task)]
+    return episodes, derive_seed(config.seed, "decode", step)  # common random numbers across members
 
 
 def eval_rollout_config(config: TrainConfig) -> RolloutConfig:

@@ -276,7 +276,9 @@ def write_report(
         f"# esopt run: {config.env.name} / {config.method}",
         "",
         f"Model `{config.model.path}` ({config.model.dtype}), env `{config.env.name}` {config.env.options}, "
-        f"G={config.es.population}, N={config.tasks_per_step} tasks/step, {config.steps} steps, "
+        f"G={config.es.population}, N={config.tasks_per_step} tasks/step"
+        + (f" x {config.samples_per_task} samples" if config.samples_per_task > 1 else "")
+        + f", {config.steps} steps, "
         f"sigma {config.es.sigma:g}" + (f" -> {config.es.sigma_final:g} (cosine)" if config.es.strategy in ("agentic-esopt", "copes") else " (constant)")
         + f", alpha {config.es.alpha:g}, seed {config.seed}.",
         "",
