@@ -70,7 +70,10 @@ def curve(run_dir: Path) -> list[dict]:
 
     rows, seconds, episodes = [], 0.0, 0
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    per_step = config["tasks_per_step"] * (config["es"]["population"] if "es" in config else config["group_size"])
+    if "es" in config:
+        per_step = config["es"]["population"] * config["tasks_per_step"] * config.get("samples_per_task", 1)
+    else:
+        per_step = config["tasks_per_step"] * config["group_size"]
     for record in read_metrics(run_dir):
         if "time/step_s" in record:
             seconds += record["time/step_s"]

@@ -11,16 +11,32 @@ from esopt.es import Member, derive_seed
 from esopt.policy.base import Policy, SamplingConfig
 
 
+MAX_EXPECTED_REPLIES = 256
+"""rollout.expected_reward: the most replies an episode's action grammar may admit."""
+
+
 @dataclass
 class RolloutConfig(Config):
     guided_decoding: bool = opt(True, "constrain replies to the env's action regex when the env declares one")
     history_turns: int = opt(-1, "past turns kept in the prompt: -1 = all, 0 = only the current observation")
     sampling: SamplingConfig = opt(SamplingConfig(), "decoding settings")
     skill: str = opt("", "path of a skill document (SKILL.md) appended to the system prompt ('' = none)")
+    expected_reward: bool = opt(
+        False,
+        "score each episode by its exact expected reward instead of one sampled reply: every reply the action "
+        "grammar admits is scored by the env, and weighted by its probability under the model at "
+        "sampling.temperature (p(reply)^(1/T), normalised over the replies; top_k and top_p are not applied). "
+        f"For envs whose episodes end after one reply and whose grammar admits at most {MAX_EXPECTED_REPLIES} replies "
+        "(sudoku with empty_cells 1); ES training only, evaluation plays real episodes",
+    )
 
     def check(self) -> None:
         if self.history_turns < -1:
             raise ConfigError(f"rollout.history_turns must be >= -1, got {self.history_turns}")
+        if self.expected_reward and not self.guided_decoding:
+            raise ConfigError("rollout.expected_reward enumerates the replies the action grammar admits: it needs rollout.guided_decoding")
+        if self.expected_reward and self.sampling.greedy:
+            raise ConfigError("rollout.expected_reward weights replies at the sampling temperature: set rollout.sampling.temperature > 0")
 
 
 @dataclass
@@ -112,6 +128,8 @@ def rollout(
     (population batching; see Policy.generate)."""
     if members is not None and len(members) != len(tasks):
         raise ValueError(f"rollout got {len(tasks)} tasks but {len(members)} members")
+    if config.expected_reward:
+        return expected_rollout(policy, env, tasks, config, members)
     episodes = [env.start(task) for task in tasks]
     system, skill_version = system_prompt(env, config)
     trajectories = [
@@ -161,6 +179,80 @@ def rollout(
         turn += 1
         if turn > 10_000:
             raise RuntimeError(f"env {env.name!r} never ended an episode; it must enforce max_turns")
+    return RolloutResult(trajectories, generate_s, env_s)
+
+
+def admitted_replies(regex: str | None) -> list[str]:
+    """Every string `regex` matches in full (its language), when that is finite and small; else ConfigError."""
+    import exrex
+
+    if regex is None:
+        raise ConfigError("rollout.expected_reward needs an env with an action grammar (action_regex)")
+    count = exrex.count(regex, limit=MAX_EXPECTED_REPLIES)
+    if count > MAX_EXPECTED_REPLIES or count != exrex.count(regex, limit=MAX_EXPECTED_REPLIES + 1):
+        raise ConfigError(
+            f"rollout.expected_reward: the action grammar {regex!r} admits more than {MAX_EXPECTED_REPLIES} replies"
+        )
+    return list(exrex.generate(regex, limit=MAX_EXPECTED_REPLIES))
+
+
+def expected_rollout(
+    policy: Policy, env: Env, tasks: list[Task], config: RolloutConfig, members: list[Member | None] | None = None
+) -> RolloutResult:
+    """One-reply episodes scored by their exact expected reward: every reply the episode's grammar admits is
+    played on a fresh episode, and its reward weighted by softmax(log p(reply) / temperature) over the replies.
+    Each trajectory holds the likeliest reply, with the expected reward as its reward; `success` is the
+    likeliest reply's, and final_info["success_probability"] the expected success."""
+    import math
+
+    system, skill_version = system_prompt(env, config)
+    chats, candidates = [], []
+    start = time.perf_counter()
+    for task in tasks:
+        episode = env.start(task)
+        chats.append([{"role": "system", "content": system}, {"role": "user", "content": episode.observation}])
+        candidates.append(admitted_replies(episode.action_regex or env.action_regex))
+    env_s = time.perf_counter() - start
+    start = time.perf_counter()
+    logprobs = policy.reply_logprobs(chats, candidates, members=members)
+    generate_s = time.perf_counter() - start
+    start = time.perf_counter()
+    trajectories = []
+    temperature = config.sampling.temperature
+    for task, chat, replies, scores in zip(tasks, chats, candidates, logprobs):
+        top = max(scores)
+        weights = [math.exp((score - top) / temperature) for score in scores]
+        total = sum(weights)
+        reward = success = 0.0
+        likeliest = None
+        for reply, weight in zip(replies, weights):
+            result = env.start(task).step(reply)
+            if not result.done:
+                raise ConfigError(
+                    f"rollout.expected_reward needs episodes that end after one reply; {env.name} task {task.id} "
+                    f"goes on after {reply!r}"
+                )
+            won = bool(result.info.get("success", result.reward >= 1.0))
+            reward += weight / total * float(result.reward)
+            success += weight / total * won
+            if likeliest is None or weight > likeliest[1]:
+                likeliest = (reply, weight, result, won)
+        reply, _, result, won = likeliest
+        trajectories.append(
+            Trajectory(
+                task_id=task.id,
+                skill_version=skill_version,
+                messages=[*chat, {"role": "assistant", "content": reply}],
+                actions=[reply],
+                feedback=[result.observation],
+                rewards=[reward],
+                invalid=[bool(result.info.get("invalid", False))],
+                success=won,
+                done=True,
+                final_info={**_jsonable(result.info), "success_probability": success, "replies_scored": len(replies)},
+            )
+        )
+    env_s += time.perf_counter() - start
     return RolloutResult(trajectories, generate_s, env_s)
 
 

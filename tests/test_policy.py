@@ -1,5 +1,6 @@
 """HF policy contract on a tiny random Llama: exact restore, updates, replay, save, guided decoding."""
 
+import contextlib
 import re
 
 import pytest
@@ -102,8 +103,6 @@ def test_the_output_head_multiplies_a_contiguous_input_in_prefill(make_tiny_poli
 
 @pytest.mark.parametrize("population", [False, True])
 def test_shared_prefill_gives_the_logits_of_a_plain_prefill(make_tiny_policy, population):
-    import contextlib
-
     from esopt.es import LowRankNoise
     from esopt.policy.prefill import shared_prefill
 
@@ -146,6 +145,32 @@ def test_generate_with_a_shared_prefill_gives_the_replies_of_a_plain_one(make_ti
         shared.generate(chats, sampling, seed=seed, members=members)
         plain.generate(chats, sampling, seed=seed, members=members)
         assert shared.last_reply_ids == plain.last_reply_ids
+
+
+@pytest.mark.parametrize("population", [False, True])
+def test_reply_logprobs_equal_teacher_forced_log_likelihoods(make_tiny_policy, population):
+    from esopt.es import LowRankNoise
+
+    policy = make_tiny_policy()
+    tok = policy.tokenizer
+    chats = [[{"role": "system", "content": "Play."}, {"role": "user", "content": "Board " + "x " * i}] for i in (1, 3)]
+    # one-token tails (read off one row) and replies that differ earlier (rows of their own)
+    replies = [["set 1 1 1", "set 1 1 2", "set 1 1 3"], ["answer: 12", "answer: 7 + 5", "no"]]
+    members = None
+    if population:
+        members = [Member(index=i, seed=400 + i, sigma=0.5, noise=LowRankNoise(rank=2)) for i in range(2)]
+    got = policy.reply_logprobs(chats, replies, members=members)
+    for i, (chat, candidates) in enumerate(zip(chats, replies)):
+        prompt = tok(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
+        for reply, value in zip(candidates, got[i]):
+            reply_ids = tok(reply, add_special_tokens=False)["input_ids"]
+            ids = torch.tensor([prompt + reply_ids])
+            context = policy.perturbed(members[i]) if population else contextlib.nullcontext()
+            with torch.no_grad(), context:
+                logits = policy.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+            expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(reply_ids)[:, None]).sum().item()
+            assert value == pytest.approx(expected, abs=1e-3 if population else 1e-4), (i, reply)
+    assert len({round(v, 3) for v in got[0]}) == 3
 
 
 def test_generating_holds_no_master_copy_and_the_first_weight_change_starts_from_the_loaded_weights(make_tiny_policy):

@@ -105,3 +105,52 @@ def test_evaluate_reports_mean_and_pass_at_k():
     assert report["pass@2"] == pytest.approx(1.0)
     assert report["tasks"] == 4 and report["samples"] == 2
     assert report["per_task_invalid"] == [0.5] * 4 and report["invalid_episodes"] == pytest.approx(0.5)
+
+
+class ScoringPolicy(ScriptedPolicy):
+    """Gives the reply ending in digit d the probability weights[d - 1] (whatever the chat)."""
+
+    def __init__(self, weights):
+        super().__init__(lambda observation: "")
+        self.weights = weights
+
+    def reply_logprobs(self, chats, replies, members=None):
+        import math
+
+        return [[math.log(self.weights[int(reply[-1]) - 1]) for reply in candidates] for candidates in replies]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_expected_reward_weights_every_admitted_reply_by_its_probability(temperature):
+    from esopt.policy.base import SamplingConfig
+
+    env = make_env("sudoku", {"size": 4, "empty_cells": 1, "grammar": "legal"})
+    tasks = env.tasks("train", 6, 0)
+    weights = [0.1, 0.2, 0.3, 0.4]
+    config = RolloutConfig(expected_reward=True, sampling=SamplingConfig(temperature=temperature))
+    result = rollout(ScoringPolicy(weights), env, tasks, config)
+    tempered = [w ** (1 / temperature) for w in weights]
+    for task, trajectory in zip(tasks, result.trajectories):
+        digit = int(task.data["solution"][task.data["puzzle"].index(".")])
+        assert trajectory.reward == pytest.approx(tempered[digit - 1] / sum(tempered))  # only the solution scores 1
+        assert trajectory.actions[0].endswith(" 4")  # the likeliest reply is the one kept
+        assert trajectory.success == (digit == 4)
+        assert trajectory.final_info["replies_scored"] == 4
+    assert result.metrics["mean_reward"] == pytest.approx(sum(t.reward for t in result.trajectories) / 6)
+
+
+def test_expected_reward_refuses_what_it_cannot_enumerate():
+    from esopt.confutil import ConfigError
+    from esopt.policy.base import SamplingConfig
+
+    config = RolloutConfig(expected_reward=True, sampling=SamplingConfig(temperature=1.0))
+    policy = ScoringPolicy([0.25] * 4)
+    two_cells = make_env("sudoku", {"size": 4, "empty_cells": 2, "grammar": "legal"})
+    with pytest.raises(ConfigError, match="episodes that end after one reply"):
+        rollout(policy, two_cells, two_cells.tasks("train", 1, 0), config)
+    countdown = make_env("countdown")
+    with pytest.raises(ConfigError, match="admits more than 256 replies"):
+        rollout(policy, countdown, countdown.tasks("train", 1, 0), config)
+    for bad, message in (({"guided_decoding": False}, "needs rollout.guided_decoding"), ({"sampling": SamplingConfig()}, "temperature > 0")):
+        with pytest.raises(ConfigError, match=message):
+            RolloutConfig(expected_reward=True, **{"sampling": SamplingConfig(temperature=1.0), **bad}).validate()

@@ -59,6 +59,8 @@ class PGConfig(TrainingRunConfig):
         super().check()
         if self.model.backend != "hf":
             raise ConfigError("GRPO/PPO backpropagate through the model: they need model.backend: hf")
+        if self.rollout.expected_reward:
+            raise ConfigError("GRPO/PPO train on sampled episodes: rollout.expected_reward is for ES training only")
         for name in ("steps", "tasks_per_step", "group_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")

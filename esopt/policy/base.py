@@ -72,6 +72,14 @@ class Policy(abc.ABC):
         unperturbed weights), each chat is answered by its member's perturbed weights, all in one batched
         forward (population batching); only valid when `supports_population` says so."""
 
+    def reply_logprobs(
+        self, chats: list[Chat], replies: list[list[str]], members: list[Member | None] | None = None
+    ) -> list[list[float]]:
+        """log p(reply | chat) under the model (no temperature), for every candidate reply of every chat: the sum
+        over the reply's tokens as the model writes them after the chat's generation prompt. `members` as in
+        generate. Backends that cannot score replies raise NotImplementedError."""
+        raise NotImplementedError(f"{type(self).__name__} cannot score replies (rollout.expected_reward needs the hf backend)")
+
     @abc.abstractmethod
     def perturbed(self, member: Member) -> contextlib.AbstractContextManager:
         """Context manager: weights are theta + sign*sigma*eps(member) inside, restored bit-exactly on exit."""

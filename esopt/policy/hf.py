@@ -362,6 +362,54 @@ class HFPolicy(Policy):
         self.last_reply_ids = reply_ids
         return replies
 
+    @torch.inference_mode()
+    def reply_logprobs(
+        self, chats: list[Chat], replies: list[list[str]], members: list[Member | None] | None = None
+    ) -> list[list[float]]:
+        if len(replies) != len(chats) or (members is not None and len(members) != len(chats)):
+            raise ValueError(f"reply_logprobs got {len(chats)} chats, {len(replies)} reply lists and members {members and len(members)}")
+        texts = self.tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=False)
+        # One scoring row per distinct (chat, reply minus its last token): candidates that differ only in their
+        # last token (e.g. the digit of "set 2 3 <d>") are all read off one row's logits.
+        rows, row_members, targets = [], [], []  # targets[i][j]: (row, the reply's tokens)
+        index: dict[tuple, int] = {}
+        for i, (text, candidates) in enumerate(zip(texts, replies)):
+            prompt = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            member = None if members is None else members[i]
+            targets.append([])
+            for reply in candidates:
+                reply_ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+                if not reply_ids:
+                    raise ValueError(f"cannot score an empty reply for chat {i}")
+                key = (i, tuple(reply_ids[:-1]))
+                if key not in index:
+                    index[key] = len(rows)
+                    rows.append(prompt + reply_ids[:-1])
+                    row_members.append(member)
+                targets[-1].append((index[key], reply_ids))
+        logprobs: dict[tuple[int, tuple], float] = {}
+        size = self.max_batch_size or len(rows)
+        for start in range(0, len(rows), size):
+            chunk = list(range(start, min(start + size, len(rows))))
+            wanted = [(r, ids) for per_chat in targets for r, ids in per_chat if start <= r < chunk[-1] + 1]
+            keep = max(len(ids) for _, ids in wanted)
+            scope = contextlib.nullcontext() if members is None else self._member_rows([row_members[r] for r in chunk])
+            with scope:
+                batch = shared_prefill(
+                    self.model, [rows[r] for r in chunk], [row_members[r] for r in chunk],
+                    self.tokenizer.pad_token_id, self._run_rows_as, keep=keep,
+                )
+                logits = self.model(
+                    input_ids=batch.input_ids[:, -keep:], attention_mask=batch.attention_mask,
+                    position_ids=batch.positions[:, -keep:], cache=batch.cache,
+                ).logits
+            log_softmax = torch.log_softmax(logits.float(), dim=-1)
+            for r, ids in wanted:
+                # the reply's j-th token is predicted at column -len(ids) + j of its row (the last prompt token first)
+                rows_logp = log_softmax[r - start, keep - len(ids) :]
+                logprobs[(r, tuple(ids))] = rows_logp.gather(1, torch.tensor(ids, device=rows_logp.device)[:, None]).sum().item()
+        return [[logprobs[(r, tuple(ids))] for r, ids in per_chat] for per_chat in targets]
+
     def _generate_batch(self, chats, sampling, regexes, seed, members=None) -> tuple[list[str], list[list[int]]]:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 

@@ -8,7 +8,8 @@ pass) is most of an episode's cost when replies are short, so the batch is laid 
 
 and its KV cache is built in three forwards: the common prefix once per group of rows that share weights,
 the rest once per distinct (weights, prompt) pair, then gathered to every row. The cache covers all but
-the last column, which generate runs itself to produce the first logits. Positions and attention follow
+the last column, which generate runs itself to produce the first logits (or all but the last few, whose
+logits a caller scoring replies needs). Positions and attention follow
 the padding exactly as generate's own left-padded prefill does, so a row sees the same keys and values;
 bf16 kernels on other batch shapes may round differently in the last bit.
 """
@@ -27,12 +28,14 @@ class PrefilledBatch:
     """[rows, P + L]: the common prefix (P tokens), padding, then each row's remaining prompt (right-aligned)."""
     attention_mask: torch.Tensor
     cache: object
-    """A transformers DynamicCache holding keys and values of every column but the last."""
+    """A transformers DynamicCache holding keys and values of every column but the last `keep`."""
+    positions: torch.Tensor
+    """[rows, P + L]: each column's position id (padding does not count), as generate computes them."""
 
 
-def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
-    """Tokens every row starts with, leaving each row at least one token of its own."""
-    limit = min(len(row) for row in rows) - 1
+def common_prefix_length(rows: Sequence[Sequence[int]], keep: int = 1) -> int:
+    """Tokens every row starts with, leaving each row at least `keep` tokens of its own."""
+    limit = max(0, min(len(row) for row in rows) - keep)
     first = rows[0]
     n = 0
     while n < limit and all(row[n] == first[n] for row in rows):
@@ -46,15 +49,17 @@ def shared_prefill(
     groups: Sequence[Hashable],
     pad_id: int,
     run_rows_as: Callable[[Sequence[int]], None],
+    keep: int = 1,
 ) -> PrefilledBatch:
-    """Lay out `rows` (each row's prompt token ids) and build their KV cache with each distinct piece computed once.
+    """Lay out `rows` (each row's prompt token ids, every one at least `keep` long) and build the KV cache of all
+    but their last `keep` columns with each distinct piece computed once; the caller runs the last columns.
 
     `groups[r]` names the weights row r runs with (rows of one group may share cache entries);
     `run_rows_as(indices)` makes the next forward's j-th row run with the weights of row indices[j]."""
     from transformers import DynamicCache
 
     device = model.device
-    prefix = common_prefix_length(rows)
+    prefix = common_prefix_length(rows, keep)
     width = max(len(row) for row in rows) - prefix
     ids = torch.full((len(rows), prefix + width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -85,15 +90,15 @@ def shared_prefill(
         run_rows_as(list(heads.values()))
         decoder(input_ids=ids[list(heads.values()), :prefix], cache=cache, use_cache=True)
         cache.batch_select_indices(torch.tensor([head_of[groups[r]] for r in firsts], device=device))
-    if width > 1:
+    if width > keep:
         run_rows_as(firsts)
         decoder(
-            input_ids=ids[firsts, prefix:-1],
-            attention_mask=mask[firsts, :-1],
-            position_ids=positions[firsts, prefix:-1],
+            input_ids=ids[firsts, prefix:-keep],
+            attention_mask=mask[firsts, :-keep],
+            position_ids=positions[firsts, prefix:-keep],
             cache=cache,
             use_cache=True,
         )
     cache.batch_select_indices(torch.tensor(piece_of_row, device=device))
     run_rows_as(range(len(rows)))
-    return PrefilledBatch(ids, mask, cache)
+    return PrefilledBatch(ids, mask, cache, positions)

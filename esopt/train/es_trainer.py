@@ -67,10 +67,12 @@ def step_work(config: TrainConfig, env, step: int) -> tuple[list, int]:
 
 
 def eval_rollout_config(config: TrainConfig) -> RolloutConfig:
-    """The rollout settings of held-out evaluation: training's, decoded greedily when eval_greedy is set."""
-    if not config.eval_greedy or config.rollout.sampling.greedy:
-        return config.rollout
-    return dataclasses.replace(config.rollout, sampling=dataclasses.replace(config.rollout.sampling, temperature=0.0))
+    """The rollout settings of held-out evaluation: training's, decoded greedily when eval_greedy is set, and
+    always played as real episodes (never scored by rollout.expected_reward)."""
+    rollout_config = dataclasses.replace(config.rollout, expected_reward=False)
+    if not config.eval_greedy or rollout_config.sampling.greedy:
+        return rollout_config
+    return dataclasses.replace(rollout_config, sampling=dataclasses.replace(rollout_config.sampling, temperature=0.0))
 
 
 @dataclass

@@ -35,6 +35,8 @@ class EvalConfig(Config):
 
         if self.tasks < 1 or self.samples < 1:
             raise ConfigError("--tasks and --samples must be >= 1")
+        if self.rollout.expected_reward:
+            raise ConfigError("rollout.expected_reward scores ES training members; esopt eval plays real episodes")
         if self.split not in SPLITS:
             raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         make_env(self.env.name, self.env.options)
