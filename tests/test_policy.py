@@ -104,7 +104,7 @@ def test_the_output_head_multiplies_a_contiguous_input_in_prefill(make_tiny_poli
 @pytest.mark.parametrize("population", [False, True])
 def test_shared_prefill_gives_the_logits_of_a_plain_prefill(make_tiny_policy, population):
     from esopt.es import LowRankNoise
-    from esopt.policy.prefill import shared_prefill
+    from esopt.policy.prefill import cache_keyword, shared_prefill
 
     policy = make_tiny_policy()
     tok = policy.tokenizer
@@ -124,7 +124,7 @@ def test_shared_prefill_gives_the_logits_of_a_plain_prefill(make_tiny_policy, po
         assert batch.cache.get_seq_length() == batch.input_ids.shape[1] - 1  # every column but the last
         mask = batch.attention_mask
         positions = (mask.cumsum(-1) - 1)[:, -1:]
-        got = policy.model(input_ids=batch.input_ids[:, -1:], attention_mask=mask, position_ids=positions, cache=batch.cache).logits[:, -1]
+        got = policy.model(input_ids=batch.input_ids[:, -1:], attention_mask=mask, position_ids=positions, **{cache_keyword(policy.model): batch.cache}).logits[:, -1]
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     same_prompt_gap = (got[3] - got[0]).abs().max()  # chats[3] repeats chats[0]
     assert same_prompt_gap > 1e-3 if population else same_prompt_gap < 1e-5

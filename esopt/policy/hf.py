@@ -61,7 +61,7 @@ from esopt.policy.lowrank_hooks import (
 )
 from esopt.policy.guided import GrammarComplete, forced_prefix
 from esopt.policy.models import resolve_model_path
-from esopt.policy.prefill import shared_prefill
+from esopt.policy.prefill import cache_keyword, shared_prefill
 from esopt.policy.sampling import sampling_processors
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -401,7 +401,7 @@ class HFPolicy(Policy):
                 )
                 logits = self.model(
                     input_ids=batch.input_ids[:, -keep:], attention_mask=batch.attention_mask,
-                    position_ids=batch.positions[:, -keep:], cache=batch.cache,
+                    position_ids=batch.positions[:, -keep:], **{cache_keyword(self.model): batch.cache},
                 ).logits
             log_softmax = torch.log_softmax(logits.float(), dim=-1)
             for r, ids in wanted:
@@ -424,7 +424,9 @@ class HFPolicy(Policy):
             rows = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
             groups = [None] * len(rows) if members is None else members
             batch = shared_prefill(self.model, rows, groups, self.tokenizer.pad_token_id, self._run_rows_as)
-            inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "cache": batch.cache}
+            inputs = {
+                "input_ids": batch.input_ids, "attention_mask": batch.attention_mask, cache_keyword(self.model): batch.cache,
+            }
         else:
             inputs = self.tokenizer(
                 texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False

