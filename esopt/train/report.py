@@ -280,7 +280,9 @@ def write_report(
         + (f" x {config.samples_per_task} samples" if config.samples_per_task > 1 else "")
         + f", {config.steps} steps, "
         f"sigma {config.es.sigma:g}" + (f" -> {config.es.sigma_final:g} (cosine)" if config.es.strategy in ("agentic-esopt", "copes") else " (constant)")
-        + f", alpha {config.es.alpha:g}, seed {config.seed}.",
+        + f", alpha {config.es.alpha:g}" + (f" -> {config.es.alpha_final:g} (cosine)" if config.es.alpha_final is not None else "")
+        + (", fitness = expected reward of the sampler" if config.rollout.expected_reward else "")
+        + f", seed {config.seed}.",
         "",
     ]
     lines += eval_section(summary, f"{config.eval_tasks} {config.eval_split} tasks, greedy" if config.eval_greedy else f"{config.eval_tasks} {config.eval_split} tasks")
