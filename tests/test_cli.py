@@ -81,6 +81,7 @@ def test_unknown_command(capsys):
         (["train", "--es.sigma", "-1"], "es.sigma must be a finite number > 0"),
         (["train", "--no-such-flag", "1"], "unrecognized arguments: --no-such-flag"),
         (["train", "--run_name", "a/b"], "run_name must be a plain directory name"),
+        (["train", "--config", "learn_sudoku_h1", "--model.backend", "vllm"], "the vllm backend does not provide"),
         (["grpo", "--steps", "0"], "steps must be >= 1"),
         (["ppo", "--seed", "x"], "seed expects int"),
         (["compare", "--budget_episodes", "0"], "budget_episodes, eval_tasks and eval_points must be >= 1"),

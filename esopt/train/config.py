@@ -125,6 +125,11 @@ class TrainConfig(TrainingRunConfig):
                 f"samples_per_task {self.samples_per_task} repeats each task under greedy decoding, which gives the same "
                 "episode every time; set rollout.sampling.temperature > 0 (or samples_per_task 1)"
             )
+        if self.rollout.expected_reward and self.model.backend != "hf":
+            raise ConfigError(
+                f"rollout.expected_reward scores replies by their log-probabilities, which the {self.model.backend} "
+                "backend does not provide; use --model.backend hf"
+            )
         if self.checkpoint_every < 0:
             raise ConfigError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
         if self.keep_checkpoints < 1:
