@@ -65,7 +65,9 @@ def hf_policy():
     pytest.importorskip("vllm")
     from esopt.policy.hf import HFPolicy, ModelConfig
 
-    return HFPolicy.load(ModelConfig(dtype=DTYPE, attn_implementation="sdpa"))
+    # The reference is generate's own prefill: the shared prefill's bf16 rounding (other batch shapes) flips
+    # 4-6 of the 16 free-form greedy replies below by itself; test_policy holds it to exact equality in fp32.
+    return HFPolicy.load(ModelConfig(dtype=DTYPE, attn_implementation="sdpa", share_prefill=False))
 
 
 def _engine_tensor(policy, name: str) -> torch.Tensor:
