@@ -390,8 +390,8 @@ class HFPolicy(Policy):
         logprobs: dict[tuple[int, tuple], float] = {}
         size = self.max_batch_size or len(rows)
         for start in range(0, len(rows), size):
-            chunk = list(range(start, min(start + size, len(rows))))
-            wanted = [(r, ids) for per_chat in targets for r, ids in per_chat if start <= r < chunk[-1] + 1]
+            chunk = range(start, min(start + size, len(rows)))
+            wanted = [(r, ids) for per_chat in targets for r, ids in per_chat if r in chunk]
             keep = max(len(ids) for _, ids in wanted)
             scope = contextlib.nullcontext() if members is None else self._member_rows([row_members[r] for r in chunk])
             with scope:
