@@ -20,7 +20,8 @@ from transformers import LogitsProcessorList
 
 from esopt.envs import make_env
 from esopt.policy.base import SamplingConfig
-from esopt.policy.hf import HFPolicy, ModelConfig
+from esopt.policy.config import ModelConfig
+from esopt.policy.hf import HFPolicy
 from esopt.policy.sampling import sampling_processors
 
 

@@ -16,7 +16,7 @@ import statistics
 
 from esopt.es import ESConfig, make_strategy
 from esopt.policy import SamplingConfig, load_policy
-from esopt.policy.hf import ModelConfig
+from esopt.policy.config import ModelConfig
 
 PROMPTS = [
     "What colour is the sky on a clear day?",

@@ -9,7 +9,8 @@ from transformers import AutoModelForCausalLM
 
 from esopt.envs import make_env
 from esopt.es import Member
-from esopt.policy.hf import HFPolicy, ModelConfig
+from esopt.policy.config import ModelConfig
+from esopt.policy.hf import HFPolicy
 from esopt.rollout import RolloutConfig, rollout
 from esopt.train.config import TrainConfig
 from esopt.train.es_trainer import ESTrainer, checkpoints

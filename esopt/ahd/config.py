@@ -9,7 +9,7 @@ from esopt.ahd.prompts import EOH_OPERATORS
 from esopt.confutil import Config, ConfigError, opt
 from esopt.es import ESConfig
 from esopt.policy.base import SamplingConfig
-from esopt.policy.hf import ModelConfig
+from esopt.policy.config import ModelConfig
 from esopt.runconfig import RunConfig
 from esopt.sandbox import ISOLATIONS
 

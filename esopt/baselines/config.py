@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from esopt.confutil import Config, ConfigError, opt
-from esopt.policy.hf import ModelConfig
+from esopt.policy.config import ModelConfig
 from esopt.rollout import RolloutConfig
 from esopt.train.config import TrainingRunConfig
 

@@ -24,7 +24,7 @@ from statistics import mean, median
 
 
 from esopt.confutil import ConfigError, from_dict, opt, to_dict
-from esopt.policy.hf import ModelConfig
+from esopt.policy.config import ModelConfig
 from esopt.rollout import RolloutConfig
 from esopt.runconfig import EnvRunConfig, EnvSection, parse_config
 from esopt.train.logging import read_metrics

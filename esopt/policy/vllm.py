@@ -67,7 +67,8 @@ from esopt.policy.base import (
 )
 from esopt.policy.lora import adapter_problem, engine_lora_rank
 from esopt.policy.models import resolve_model_path
-from esopt.policy.vllm_worker import DTYPES, load_master
+from esopt.policy.config import DTYPES
+from esopt.policy.vllm_worker import load_master
 
 WEIGHT_SYNC = ("auto", "reload", "inplace")
 BACKENDS = ("hf", "vllm")

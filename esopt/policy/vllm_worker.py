@@ -24,9 +24,8 @@ from esopt.es import (
     tensors_moved,
 )
 from esopt.policy.base import read_optimizer_state, weights_fingerprint
+from esopt.policy.config import DTYPES
 from esopt.policy.lora import write_adapter
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def load_master(path: str | Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -166,4 +165,4 @@ class ESWorkerExtension:
                 self.model_runner.get_model().load_weights(tensors)
 
 
-__all__ = ["DTYPES", "ESWorkerExtension", "load_master"]
+__all__ = ["ESWorkerExtension", "load_master"]

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from esopt.confutil import Config, ConfigError, opt
 from esopt.policy.base import Policy, SamplingConfig
-from esopt.policy.hf import ModelConfig
+from esopt.policy.config import ModelConfig
 from esopt.skills.document import Skill
 from esopt.skills.patch import OPS, Edit, Patch, check_patch
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from esopt.confutil import Config, ConfigError, load_yaml, opt
 from esopt.es import ESConfig
-from esopt.policy.hf import ModelConfig
+from esopt.policy.config import ModelConfig
 from esopt.rollout import RolloutConfig
 from esopt.runconfig import EnvRunConfig
 from esopt.train.logging import REPORT_TO_HELP, check_report_to

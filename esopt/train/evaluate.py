@@ -12,7 +12,7 @@ from esopt.confutil import Config, ConfigError, opt
 from esopt.envs.base import SPLITS, Env, Task
 from esopt.envs.metrics import max_at_k, mean_at_k, pass_at_k, wilson_interval
 from esopt.policy.base import Policy
-from esopt.policy.hf import ModelConfig
+from esopt.policy.config import ModelConfig
 from esopt.rollout import RolloutConfig, rollout
 from esopt.runconfig import EnvSection
 
