@@ -69,6 +69,41 @@ def _print_eval(console, label: str, report: dict) -> None:
     console.print(f"{'answers':>20}: {shown}")
 
 
+def _eval_config(path):
+    """`esopt eval --config`: an eval config, or a training run's config (ES or GRPO/PPO, built in or a run
+    directory's config.yaml); from a training config eval takes the model, the env (with eval_env_options) and
+    the rollout that run's held-out evaluations use (greedy under eval_greedy), and keeps its own tasks, split
+    and seed."""
+    import yaml
+
+    from esopt.confutil import load_yaml, resolve_config
+    from esopt.train.evaluate import EvalConfig
+
+    try:
+        data = yaml.safe_load(resolve_config(path).read_text()) if path is not None else {}
+    except yaml.YAMLError:
+        data = None  # load_yaml says what is wrong with it
+    keys = set(data) if isinstance(data, dict) else set()
+    if "es" in keys:
+        from esopt.train.config import TrainConfig
+        from esopt.train.es_trainer import eval_rollout_config
+
+        run = load_yaml(TrainConfig, path)
+        return EvalConfig(model=run.model, env=_eval_env(run), rollout=eval_rollout_config(run))
+    if keys & {"optim", "group_size"}:
+        from esopt.baselines.config import PGConfig
+
+        run = load_yaml(PGConfig, path)
+        return EvalConfig(model=run.model, env=_eval_env(run), rollout=run.rollout)
+    return load_yaml(EvalConfig, path)
+
+
+def _eval_env(run):
+    from esopt.runconfig import EnvSection
+
+    return EnvSection(name=run.env.name, options={**run.env.options, **run.eval_env_options})
+
+
 def cmd_eval(argv: list[str]) -> int:
     from rich.console import Console
 
@@ -79,12 +114,15 @@ def cmd_eval(argv: list[str]) -> int:
 
     config, args = parse_config(
         argv, EvalConfig, "esopt eval",
-        "Evaluate a model or checkpoint on an env; with --compare, two of them on the same tasks (paired).",
+        "Evaluate a model or checkpoint on an env; with --compare, two of them on the same tasks (paired). "
+        "--config may also name a training config (ES or GRPO/PPO, or a run's config.yaml): eval then uses its "
+        "model, env and held-out evaluation rollout.",
         add_arguments=lambda parser: parser.add_argument(
             "--compare", nargs=2, metavar=("A", "B"),
             help="evaluate A and B (run directories, model directories or 'default') on the same tasks and report "
             "the paired difference B - A of per-task success with its 95%% bootstrap interval",
         ),
+        load=_eval_config,
     )
     env = make_env(config.env.name, config.env.options)
     tasks = env.tasks(config.split, config.tasks, config.seed)

@@ -13,6 +13,7 @@ ConfigError, as does an unknown flag.
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -157,10 +158,14 @@ def parse_config(
     skip: tuple[str, ...] = (),
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
     adjust: Callable[[Any, argparse.Namespace], None] | None = None,
+    load: Callable[[Any], Any] | None = None,
 ) -> tuple[Any, argparse.Namespace]:
     """(validated config, parsed arguments) of a command whose config is dataclass `cls`: `--config`
     YAML, then field flags (except paths under `skip`), env choice and env options; `add_arguments`
-    adds the command's own arguments, `adjust(config, args)` applies them before validation."""
+    adds the command's own arguments, `adjust(config, args)` applies them before validation; `load(path)`
+    reads `--config` into a `cls` where the file may hold another config (default: a `cls` YAML)."""
+    if load is None:
+        load = functools.partial(load_yaml, cls)
     has_env = any(path.startswith("env.") for path, *_ in leaf_fields(cls))
     parser = argument_parser(prog, description)
     parser.add_argument("--config", help="YAML config: a built-in name (`esopt configs` lists them) or a path; flags override it")
@@ -169,7 +174,7 @@ def parse_config(
         default_env = cls().env.name
         if config_file:
             try:
-                default_env = load_yaml(cls, config_file).env.name
+                default_env = load(config_file).env.name
             except ConfigError:
                 pass  # reported when the config is loaded below
         add_env_flags(parser, flag_value(argv, "--env") or default_env)
@@ -177,7 +182,7 @@ def parse_config(
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
-    config = load_yaml(cls, args.config)
+    config = load(args.config)
     if has_env:
         if hasattr(args, "env_name") and args.env_name != config.env.name:
             config.env.name = args.env_name

@@ -92,6 +92,7 @@ def test_unknown_command(capsys):
         (["ahd", "nope"], "unknown subcommand esopt ahd 'nope'"),
         (["eval", "--split", "test"], "split must be one of train, val, eval"),
         (["eval", "--tasks", "0"], "--tasks and --samples must be >= 1"),
+        (["eval", "--config", "learn_sudoku_h1", "--es.sigma", "1"], "unrecognized arguments: --es.sigma"),
         (["landscape", "default", "--grid", "1"], "--grid >= 2"),
         (["replay", "--steps", "2"], "the following arguments are required"),
     ],
@@ -211,3 +212,32 @@ def test_every_run_config_shares_the_run_directory_rules(tmp_path):
         config.run_name = run_dir.name
         with pytest.raises(ConfigError, match="already holds a run"):
             config.create_run_dir()
+
+
+def test_eval_reads_a_training_config_as_its_held_out_evaluation(tmp_path):
+    """`esopt eval --config <training yaml>` evaluates what that run's own evaluations play: its model, env
+    options and rollout, decoded greedily under eval_greedy and as real episodes; eval's flags still win."""
+    from esopt.confutil import ConfigError
+    from esopt.runconfig import parse_config
+    from esopt.cli import _eval_config
+    from esopt.train.evaluate import EvalConfig
+
+    es_yaml = tmp_path / "es.yaml"
+    es_yaml.write_text(
+        "model: {dtype: bfloat16}\nenv: {name: sudoku, options: {empty_cells: 1, observation: marks}}\n"
+        "es: {sigma: 0.005}\nrollout: {expected_reward: true, guided_decoding: true, sampling: {temperature: 1.0}}\n"
+        "steps: 3\neval_split: val\n"
+    )
+    config, _ = parse_config(["--config", str(es_yaml), "--tasks", "7"], EvalConfig, "esopt eval", "", load=_eval_config)
+    assert config.model.dtype == "bfloat16" and config.env.options == {"empty_cells": 1, "observation": "marks"}
+    assert config.rollout.sampling.temperature == 0.0 and not config.rollout.expected_reward
+    assert config.rollout.guided_decoding and config.tasks == 7 and config.split == "eval"  # eval's own defaults
+
+    grpo_yaml = tmp_path / "grpo.yaml"
+    grpo_yaml.write_text("env: {name: countdown}\ngroup_size: 4\nrollout: {sampling: {temperature: 0.7}}\n")
+    config = _eval_config(str(grpo_yaml))
+    assert config.env.name == "countdown" and config.rollout.sampling.temperature == 0.7  # GRPO evaluates as it samples
+
+    es_yaml.write_text("es: {sigmaa: 0.1}\n")
+    with pytest.raises(ConfigError, match="es.sigmaa"):  # a typo in a training config is named as one
+        _eval_config(str(es_yaml))
