@@ -154,12 +154,20 @@ def test_reply_logprobs_equal_teacher_forced_log_likelihoods(make_tiny_policy, p
     policy = make_tiny_policy()
     tok = policy.tokenizer
     chats = [[{"role": "system", "content": "Play."}, {"role": "user", "content": "Board " + "x " * i}] for i in (1, 3)]
-    # one-token tails (read off one row) and replies that differ earlier (rows of their own)
-    replies = [["set 1 1 1", "set 1 1 2", "set 1 1 3"], ["answer: 12", "answer: 7 + 5", "no"]]
+    # one-token tails (read off one row), tails of one length after another cell (a row each, one shared
+    # prompt prefill) and replies that differ earlier (rows of their own)
+    replies = [["set 1 1 1", "set 1 1 2", "set 2 3 1", "set 2 3 4"], ["answer: 12", "answer: 7 + 5", "no"]]
     members = None
     if population:
         members = [Member(index=i, seed=400 + i, sigma=0.5, noise=LowRankNoise(rank=2)) for i in range(2)]
-    got = policy.reply_logprobs(chats, replies, members=members)
+    prefilled = []  # rows of each decoder forward: common prefix, distinct pieces, then the scored columns
+    hook = policy.model.get_decoder().register_forward_hook(lambda m, a, kw, out: prefilled.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        got = policy.reply_logprobs(chats, replies, members=members)
+    finally:
+        hook.remove()
+    # chat 0's two scoring rows share one prompt piece; chat 1's three rows differ in length
+    assert prefilled[-3:] == [1 if not population else 2, 4, 5] and len(got[0]) == 4
     for i, (chat, candidates) in enumerate(zip(chats, replies)):
         prompt = tok(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
         for reply, value in zip(candidates, got[i]):
@@ -170,7 +178,7 @@ def test_reply_logprobs_equal_teacher_forced_log_likelihoods(make_tiny_policy, p
                 logits = policy.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
             expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(reply_ids)[:, None]).sum().item()
             assert value == pytest.approx(expected, abs=1e-3 if population else 1e-4), (i, reply)
-    assert len({round(v, 3) for v in got[0]}) == 3
+    assert len({round(v, 3) for v in got[0]}) == 4
 
 
 def test_generating_holds_no_master_copy_and_the_first_weight_change_starts_from_the_loaded_weights(make_tiny_policy):

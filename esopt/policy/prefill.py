@@ -7,7 +7,7 @@ pass) is most of an episode's cost when replies are short, so the batch is laid 
     row r:  common prefix | padding | the rest of row r's prompt
 
 and its KV cache is built in three forwards: the common prefix once per group of rows that share weights,
-the rest once per distinct (weights, prompt) pair, then gathered to every row. The cache covers all but
+the rest once per distinct (weights, cached prompt) pair, then gathered to every row. The cache covers all but
 the last column, which generate runs itself to produce the first logits (or all but the last few, whose
 logits a caller scoring replies needs). Positions and attention follow
 the padding exactly as generate's own left-padded prefill does, so a row sees the same keys and values;
@@ -78,10 +78,12 @@ def shared_prefill(
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as generate computes them
     ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
 
-    pieces: dict[tuple, int] = {}  # (group, prompt) -> index of its first row in `firsts`
+    # Rows of one group and length whose tokens agree up to their last `keep` have the same cached columns
+    # (same ids, padding and positions), e.g. one prompt scored with several replies: one piece serves them all.
+    pieces: dict[tuple, int] = {}  # (group, length, cached tokens) -> index of its first row in `firsts`
     piece_of_row, firsts = [], []
     for r, row in enumerate(rows):
-        key = (groups[r], tuple(row))
+        key = (groups[r], len(row), tuple(row[: len(row) - keep]))
         if key not in pieces:
             pieces[key] = len(firsts)
             firsts.append(r)
