@@ -86,14 +86,13 @@ def evaluate_models(env_name: str, models: dict[str, str], eval_tasks: int, samp
     """Greedy (and Mean@4 sampled) evaluation of every model on the same eval-split tasks."""
     import dataclasses
 
-    from esopt.envs import make_env
     from esopt.policy import load_policy
     from esopt.train.config import load_config
     from esopt.train.es_trainer import eval_rollout_config
     from esopt.train.evaluate import evaluate
 
     config = load_config(ROOT / ENVS[env_name])
-    env = make_env(config.env.name, config.env.options)
+    env = config.make_eval_env()  # the env the runs' own evaluations play
     tasks = env.tasks("eval", eval_tasks, 12345)  # a seed no training run or config uses
     greedy = eval_rollout_config(config)  # what the trainer's own evaluations use (eval_greedy)
     sampled = dataclasses.replace(config.rollout, sampling=dataclasses.replace(config.rollout.sampling, **PAPER_SAMPLING))

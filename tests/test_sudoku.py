@@ -118,7 +118,8 @@ def test_no_duplicates_in_small_pool():
         ({"empty_cells": 13}, "empty_cells"),
         ({"size": 9, "empty_cells": 70}, "empty_cells"),
         ({"empty_cells": 2.5}, "empty_cells"),
-        ({"empty_cells": 4, "max_turns": 3}, "max_turns"),
+        ({"empty_cells": 4, "max_turns": 3}, "max_turns 3 < empty_cells 4 never solves"),
+        ({"empty_cells": 4, "max_turns": 0, "partial_credit": True}, "max_turns"),
         ({"max_turns": "10"}, "max_turns"),
         ({"partial_credit": "yes"}, "partial_credit"),
     ],
@@ -341,3 +342,18 @@ def test_step_never_raises_on_weird_actions():
               "🙂🙂", "\x00", '{"row": 1e400, "col": 1, "value": 1}', "set -5 -5 -5", "r0c0=0", None, 42]:
         res = ep.step(a)  # type: ignore[arg-type]
         assert res.info["invalid"] is True and isinstance(res.observation, str)
+
+
+def test_the_first_turn_of_a_puzzle_as_a_one_reply_task():
+    """max_turns < empty_cells with partial credit: the episode ends after its turns, scored by the cells
+    right, on the same puzzles as the whole-puzzle env (which evaluation then plays)."""
+    one_turn, whole = make(4, 3, max_turns=1, partial_credit=True), make(4, 3, max_turns=3, partial_credit=True)
+    task = one_turn.tasks("val", 1, 4)[0]
+    assert task == whole.tasks("val", 1, 4)[0]
+    (r, c, v), *_ = empties(task, 4)
+    res = one_turn.start(task).step(f"set {r} {c} {v}")
+    assert res.done and res.reward == pytest.approx(1 / 3) and res.info["success"] is False
+    assert "Out of turns" in res.observation
+    res = one_turn.start(task).step(f"set {r} {c} {v % 4 + 1}")
+    assert res.done and res.reward == 0.0
+    assert not whole.start(task).step(f"set {r} {c} {v}").done

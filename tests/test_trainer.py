@@ -158,3 +158,22 @@ def test_samples_per_task_plays_each_task_k_times_and_averages_them(tmp_path, ma
     config.rollout.sampling.temperature = 0.0
     with pytest.raises(ConfigError, match="samples_per_task 4 repeats each task under greedy decoding"):
         config.validate()
+
+
+def test_held_out_evaluation_plays_the_eval_env_options(tmp_path, make_tiny_policy, tiny_train_config):
+    """eval_env_options: training plays one turn of each 3-cell puzzle, held-out evaluation whole puzzles (the
+    same tasks), and the report's numbers are those of the whole puzzles."""
+    config = tiny_train_config(tmp_path, "evalenv", steps=1, eval_every=0)
+    config.env.options = {"size": 4, "empty_cells": 3, "max_turns": 1, "grammar": "legal", "partial_credit": True}
+    config.eval_env_options = {"max_turns": 3}
+    trainer = ESTrainer.start(config, policy=make_tiny_policy(), console=_quiet())
+    assert trainer.env.max_turns == 1 and trainer.eval_env.max_turns == 3
+    assert trainer.eval_tasks == trainer.env.tasks(config.eval_split, config.eval_tasks, config.eval_seed)
+    trainer.run()
+    history = [json.loads(line) for line in (tmp_path / "evalenv" / "trajectories" / "eval_step00000.jsonl").open()]
+    assert [len(t["actions"]) for t in history] == [3, 3, 3]  # whole puzzles: the legal grammar fills a cell a turn
+    training = [json.loads(line) for line in (tmp_path / "evalenv" / "trajectories" / "train.jsonl").open()]
+    assert training and all(len(t["actions"]) == 1 for t in training)
+    config.eval_env_options = {"max_turns": 0}
+    with pytest.raises(ConfigError, match="sudoku.max_turns must be None or an integer >= 1"):
+        config.validate()

@@ -59,7 +59,11 @@ def write_pg_report(
         budget_line(summary) + ".",
         "",
     ]
-    lines += eval_section(summary, f"{config.eval_tasks} tasks, same rollout/eval code as ES")
+    lines += eval_section(
+        summary,
+        f"{config.eval_tasks} tasks, same rollout/eval code as ES"
+        + (f", env options {config.eval_env_options} set for evaluation" if config.eval_env_options else ""),
+    )
     lines += time_section(summary)
     lines += forgetting_section(metrics, config.env.name, config.probe_tasks)
     if plot:

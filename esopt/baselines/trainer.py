@@ -65,7 +65,8 @@ class PGTrainer:
         self.policy = policy
         self.console = console or Console()
         self.env = make_env(config.env.name, config.env.options)
-        self.eval_tasks = self.env.tasks(config.eval_split, config.eval_tasks, config.eval_seed)
+        self.eval_env = config.make_eval_env()
+        self.eval_tasks = self.eval_env.tasks(config.eval_split, config.eval_tasks, config.eval_seed)
         self.train_rollout = copy.deepcopy(config.rollout)
         self.train_rollout.sampling.temperature = config.train_temperature
         self.model = policy.model
@@ -103,7 +104,7 @@ class PGTrainer:
     # ---- evaluation: exactly the ES trainer's ---------------------------------------------------
     def evaluate(self, step: int) -> dict:
         start = time.perf_counter()
-        result = rollout(self.policy, self.env, self.eval_tasks, self.config.rollout, seed=self.config.eval_seed)
+        result = rollout(self.policy, self.eval_env, self.eval_tasks, self.config.rollout, seed=self.config.eval_seed)
         seconds = time.perf_counter() - start
         write_trajectories(
             self.run_dir / "trajectories" / f"eval_step{step:05d}.jsonl", [t.to_json() for t in result.trajectories]

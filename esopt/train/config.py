@@ -63,6 +63,11 @@ class TrainingRunConfig(EnvRunConfig):
     eval_seed: int = opt(0, "seed of the held-out task set (fixed, so runs with different seeds compare)")
     eval_split: str = opt("eval", "split of the periodic evaluation: 'eval' (held out, for reporting) or 'val' (for choosing settings)")
     eval_every: int = opt(5, "evaluate every k steps (0 = only before and after training)")
+    eval_env_options: dict = opt(
+        {},
+        "env options held-out evaluation sets differently from training (same tasks): e.g. train on the first turn "
+        "of each Sudoku (env.max_turns 1 with partial credit), evaluate whole puzzles ({max_turns: 3})",
+    )
     probe_tasks: int = opt(32, "forgetting probe before and after training: tasks of another env (0 = no probe; see train/forgetting.py)")
     trajectories_per_step: int = opt(2, "training episodes saved per step, besides all eval episodes")
     report_to: str = opt("auto", REPORT_TO_HELP)
@@ -77,6 +82,15 @@ class TrainingRunConfig(EnvRunConfig):
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.eval_split not in ("val", "eval"):
             raise ConfigError(f"eval_split must be 'val' or 'eval', got {self.eval_split!r}")
+        if not isinstance(self.eval_env_options, dict):
+            raise ConfigError(f"eval_env_options must be a mapping of env options, got {self.eval_env_options!r}")
+        self.make_eval_env()  # validates them
+
+    def make_eval_env(self):
+        """The env held-out evaluation plays: training's, with eval_env_options set."""
+        from esopt.envs import make_env
+
+        return make_env(self.env.name, {**self.env.options, **self.eval_env_options})
 
 
 @dataclass

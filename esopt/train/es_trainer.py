@@ -101,7 +101,8 @@ class ESTrainer:
         self.env = make_env(config.env.name, config.env.options)
         self.strategy = make_strategy(config.es, config.steps, config.seed)
         self.strategy.prepare(policy.master_weights())  # scope and noise fit this model (ConfigError if not)
-        self.eval_tasks = self.env.tasks(config.eval_split, config.eval_tasks, config.eval_seed)
+        self.eval_env = config.make_eval_env()
+        self.eval_tasks = self.eval_env.tasks(config.eval_split, config.eval_tasks, config.eval_seed)
         self.policy_factory = policy_factory or functools.partial(model_policy, config.model)
         self.evaluator: Evaluator | None = None  # built by run(), once the weights are restored
         self.async_es: AsyncES | None = None
@@ -215,7 +216,7 @@ class ESTrainer:
         if self.async_es is not None:
             self.async_es.drain()  # no worker competes with the driver for the CPUs meanwhile
         start = time.perf_counter()
-        result = rollout(self.policy, self.env, self.eval_tasks, eval_rollout_config(self.config), seed=self.config.eval_seed)
+        result = rollout(self.policy, self.eval_env, self.eval_tasks, eval_rollout_config(self.config), seed=self.config.eval_seed)
         seconds = time.perf_counter() - start
         write_trajectories(
             self.run_dir / "trajectories" / f"eval_step{step:05d}.jsonl",
@@ -345,7 +346,7 @@ class ESTrainer:
         magnitudes = self.base_weights.take_update_magnitudes(self.policy.master_weights(), cfg.es.sigma, sigma_final)
         self.base_weights = None  # its memory goes back before the report is written
         summary = write_report(
-            self.run_dir, cfg, read_metrics(self.run_dir), self.policy.fingerprint(), self.env, self.eval_tasks,
+            self.run_dir, cfg, read_metrics(self.run_dir), self.policy.fingerprint(), self.eval_env, self.eval_tasks,
             update_magnitudes=magnitudes,
         )
         summary["run_dir"] = str(self.run_dir)

@@ -285,7 +285,10 @@ def write_report(
         + f", seed {config.seed}.",
         "",
     ]
-    lines += eval_section(summary, f"{config.eval_tasks} {config.eval_split} tasks, greedy" if config.eval_greedy else f"{config.eval_tasks} {config.eval_split} tasks")
+    held_out = f"{config.eval_tasks} {config.eval_split} tasks" + (", greedy" if config.eval_greedy else "")
+    if config.eval_env_options:
+        held_out += f", env options {config.eval_env_options} set for evaluation"
+    lines += eval_section(summary, held_out)
     lines += time_section(summary)
     lines += diagnostics_section(summary)
     lines += forgetting_section(metrics, config.env.name, config.probe_tasks)

@@ -41,7 +41,11 @@ class SudokuConfig(Config):
         "H*, the minimum successful horizon: exactly this many empty cells per puzzle "
         f"(1..{MAX_EMPTY[4]} for size 4, 1..{MAX_EMPTY[9]} for size 9).",
     )
-    max_turns: int | None = opt(None, "Turns per episode (>= empty_cells); None = 3 * empty_cells.")
+    max_turns: int | None = opt(
+        None,
+        "Turns per episode; None = 3 * empty_cells. Fewer than empty_cells (with partial_credit) plays only the "
+        "first turns of each puzzle, scored by the cells they got right: a training task, not a solvable one.",
+    )
     grammar: str = opt(
         "format",
         "Guided-decoding grammar: 'format' (any `set <row> <col> <value>` in range) or 'legal' "
@@ -76,13 +80,13 @@ class SudokuConfig(Config):
                 f"got {self.empty_cells!r}"
             )
         if self.max_turns is not None and (
-            isinstance(self.max_turns, bool)
-            or not isinstance(self.max_turns, int)
-            or self.max_turns < self.empty_cells
+            isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) or self.max_turns < 1
         ):
+            raise ConfigError(f"sudoku.max_turns must be None or an integer >= 1, got {self.max_turns!r}")
+        if self.max_turns is not None and self.max_turns < self.empty_cells and not self.partial_credit:
             raise ConfigError(
-                f"sudoku.max_turns must be None or an integer >= empty_cells ({self.empty_cells}), "
-                f"got {self.max_turns!r}"
+                f"sudoku.max_turns {self.max_turns} < empty_cells {self.empty_cells} never solves a puzzle, so every "
+                "reward would be 0; set partial_credit true (or max_turns >= empty_cells)"
             )
         if self.grammar not in ("format", "legal"):
             raise ConfigError(f"sudoku.grammar must be 'format' or 'legal', got {self.grammar!r}")
