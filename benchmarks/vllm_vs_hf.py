@@ -53,7 +53,7 @@ def _child(args) -> dict:
     start = time.perf_counter()
     if args.child == "hf":
         from esopt.policy.config import ModelConfig
-from esopt.policy.hf import HFPolicy
+        from esopt.policy.hf import HFPolicy
 
         policy = HFPolicy.load(ModelConfig(dtype=args.dtype, attn_implementation=args.hf_attn))
     else:

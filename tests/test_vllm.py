@@ -64,7 +64,7 @@ def policy():
 def hf_policy():
     pytest.importorskip("vllm")
     from esopt.policy.config import ModelConfig
-from esopt.policy.hf import HFPolicy
+    from esopt.policy.hf import HFPolicy
 
     # The reference is generate's own prefill: the shared prefill's bf16 rounding (other batch shapes) flips
     # 4-6 of the 16 free-form greedy replies below by itself; test_policy holds it to exact equality in fp32.
