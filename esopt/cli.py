@@ -70,13 +70,17 @@ def _print_eval(console, label: str, report: dict) -> None:
 
 
 def _eval_config(path):
-    """`esopt eval --config`: an eval config, or a training run's config (ES or GRPO/PPO, built in or a run
+    """`esopt eval --config`: an eval config, or a training run's config (ES, GRPO or PPO, built in or a run
     directory's config.yaml); from a training config eval takes the model, the env (with eval_env_options) and
     the rollout that run's held-out evaluations use (greedy under eval_greedy), and keeps its own tasks, split
     and seed."""
     import yaml
 
+    from esopt.baselines.grpo import GRPOConfig
+    from esopt.baselines.ppo import PPOConfig
     from esopt.confutil import load_yaml, resolve_config
+    from esopt.train.config import TrainConfig
+    from esopt.train.es_trainer import eval_rollout_config
     from esopt.train.evaluate import EvalConfig
 
     try:
@@ -84,24 +88,15 @@ def _eval_config(path):
     except yaml.YAMLError:
         data = None  # load_yaml says what is wrong with it
     keys = set(data) if isinstance(data, dict) else set()
-    if "es" in keys:
-        from esopt.train.config import TrainConfig
-        from esopt.train.es_trainer import eval_rollout_config
-
-        run = load_yaml(TrainConfig, path)
-        return EvalConfig(model=run.model, env=_eval_env(run), rollout=eval_rollout_config(run))
-    if keys & {"optim", "group_size"}:
-        from esopt.baselines.config import PGConfig
-
-        run = load_yaml(PGConfig, path)
-        return EvalConfig(model=run.model, env=_eval_env(run), rollout=run.rollout)
-    return load_yaml(EvalConfig, path)
-
-
-def _eval_env(run):
-    from esopt.runconfig import EnvSection
-
-    return EnvSection(name=run.env.name, options={**run.env.options, **run.eval_env_options})
+    kinds = [EvalConfig, TrainConfig, GRPOConfig, PPOConfig]
+    names = {kind: {f.name for f in dataclasses.fields(kind)} for kind in kinds}
+    # the config whose keys the file uses; with a typo, the one it is closest to names it
+    kind = next((k for k in kinds if keys <= names[k]), None) or max(kinds, key=lambda k: len(keys & names[k]))
+    run = load_yaml(kind, path)
+    if kind is EvalConfig:
+        return run
+    rollout = eval_rollout_config(run) if kind is TrainConfig else run.rollout
+    return EvalConfig(model=run.model, env=run.eval_env_section(), rollout=rollout)
 
 
 def cmd_eval(argv: list[str]) -> int:

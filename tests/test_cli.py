@@ -238,6 +238,16 @@ def test_eval_reads_a_training_config_as_its_held_out_evaluation(tmp_path):
     config = _eval_config(str(grpo_yaml))
     assert config.env.name == "countdown" and config.rollout.sampling.temperature == 0.7  # GRPO evaluates as it samples
 
+    from esopt.baselines.grpo import GRPOConfig
+    from esopt.baselines.ppo import PPOConfig
+
+    for kind in (GRPOConfig, PPOConfig):  # a run directory's config.yaml holds every field of its method
+        run = kind()
+        run.env.options, run.eval_env_options = {"empty_cells": 3, "max_turns": 1, "partial_credit": True}, {"max_turns": 3}
+        dumped = tmp_path / f"{kind.__name__}.yaml"
+        dumped.write_text(run.to_yaml())
+        assert _eval_config(str(dumped)).env.options == {"empty_cells": 3, "max_turns": 3, "partial_credit": True}
+
     es_yaml.write_text("es: {sigmaa: 0.1}\n")
     with pytest.raises(ConfigError, match="es.sigmaa"):  # a typo in a training config is named as one
         _eval_config(str(es_yaml))

@@ -174,6 +174,7 @@ def test_held_out_evaluation_plays_the_eval_env_options(tmp_path, make_tiny_poli
     assert [len(t["actions"]) for t in history] == [3, 3, 3]  # whole puzzles: the legal grammar fills a cell a turn
     training = [json.loads(line) for line in (tmp_path / "evalenv" / "trajectories" / "train.jsonl").open()]
     assert training and all(len(t["actions"]) == 1 for t in training)
+    assert "env options {'max_turns': 3} set for evaluation" in (tmp_path / "evalenv" / "report.md").read_text()
     config.eval_env_options = {"max_turns": 0}
     with pytest.raises(ConfigError, match="sudoku.max_turns must be None or an integer >= 1"):
         config.validate()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from esopt.baselines.config import PGConfig
-from esopt.train.report import eval_section, forgetting_section, heldout_comparison, plot_reward_curve, summarize, time_section
+from esopt.train.report import (
+    eval_section, forgetting_section, held_out_label, heldout_comparison, plot_reward_curve, summarize, time_section,
+)
 
 PG_TIME_KEYS = ("generate_s", "env_s", "score_s", "update_s")
 
@@ -59,11 +61,7 @@ def write_pg_report(
         budget_line(summary) + ".",
         "",
     ]
-    lines += eval_section(
-        summary,
-        f"{config.eval_tasks} tasks, same rollout/eval code as ES"
-        + (f", env options {config.eval_env_options} set for evaluation" if config.eval_env_options else ""),
-    )
+    lines += eval_section(summary, held_out_label(config, f"{config.eval_tasks} tasks, same rollout/eval code as ES"))
     lines += time_section(summary)
     lines += forgetting_section(metrics, config.env.name, config.probe_tasks)
     if plot:

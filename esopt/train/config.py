@@ -10,7 +10,7 @@ from esopt.confutil import Config, ConfigError, load_yaml, opt
 from esopt.es import ESConfig
 from esopt.policy.config import ModelConfig
 from esopt.rollout import RolloutConfig
-from esopt.runconfig import EnvRunConfig
+from esopt.runconfig import EnvRunConfig, EnvSection
 from esopt.train.logging import REPORT_TO_HELP, check_report_to
 
 
@@ -86,11 +86,15 @@ class TrainingRunConfig(EnvRunConfig):
             raise ConfigError(f"eval_env_options must be a mapping of env options, got {self.eval_env_options!r}")
         self.make_eval_env()  # validates them
 
-    def make_eval_env(self):
+    def eval_env_section(self) -> EnvSection:
         """The env held-out evaluation plays: training's, with eval_env_options set."""
+        return EnvSection(name=self.env.name, options={**self.env.options, **self.eval_env_options})
+
+    def make_eval_env(self):
         from esopt.envs import make_env
 
-        return make_env(self.env.name, {**self.env.options, **self.eval_env_options})
+        section = self.eval_env_section()
+        return make_env(section.name, section.options)
 
 
 @dataclass

@@ -109,6 +109,11 @@ def print_summary(console, summary: dict, title: str) -> None:
     console.print(f"run directory: {summary['run_dir']}  report: {summary['report']}")
 
 
+def held_out_label(config, what: str) -> str:
+    """`what` the held-out evaluation was, and the env options it set differently from training."""
+    return what + (f", env options {config.eval_env_options} set for evaluation" if config.eval_env_options else "")
+
+
 def eval_section(summary: dict, what: str) -> list[str]:
     """Markdown lines: held-out metrics before and after training, success with its 95% Wilson interval,
     and (from the eval trajectories, see `heldout_comparison`) the paired gain, the answer distribution
@@ -286,9 +291,7 @@ def write_report(
         "",
     ]
     held_out = f"{config.eval_tasks} {config.eval_split} tasks" + (", greedy" if config.eval_greedy else "")
-    if config.eval_env_options:
-        held_out += f", env options {config.eval_env_options} set for evaluation"
-    lines += eval_section(summary, held_out)
+    lines += eval_section(summary, held_out_label(config, held_out))
     lines += time_section(summary)
     lines += diagnostics_section(summary)
     lines += forgetting_section(metrics, config.env.name, config.probe_tasks)
