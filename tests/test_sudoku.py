@@ -122,6 +122,7 @@ def test_no_duplicates_in_small_pool():
         ({"empty_cells": 4, "max_turns": 0, "partial_credit": True}, "max_turns"),
         ({"max_turns": "10"}, "max_turns"),
         ({"partial_credit": "yes"}, "partial_credit"),
+        ({"fill_order": "random"}, "fill_order"),
     ],
 )
 def test_config_validation(kw, field):
@@ -357,3 +358,52 @@ def test_the_first_turn_of_a_puzzle_as_a_one_reply_task():
     res = one_turn.start(task).step(f"set {r} {c} {v % 4 + 1}")
     assert res.done and res.reward == 0.0
     assert not whole.start(task).step(f"set {r} {c} {v}").done
+
+
+def test_reading_fill_order_names_one_cell_per_turn():
+    """fill_order 'reading': each turn admits, shows and accepts only the first empty cell in reading order."""
+    env = make(4, 3, grammar="legal", observation="marks", fill_order="reading")
+    task = env.tasks("val", 1, 4)[0]
+    cells = empties(task, 4)
+    assert make(4, 3, grammar="legal", observation="marks").start(task).observation.count("Cell (") == 3
+    ep, board_view = env.start(task), make(4, 3, observation="board", fill_order="reading").start(task)
+    for k, (r, c, v) in enumerate(cells):
+        assert ep.action_regex == f"set ({r} {c}) [1-4]"
+        assert [line.split(")")[0] for line in ep.observation.splitlines() if line.startswith("Cell")] == [f"Cell ({r},{c}"]
+        assert f"Fill cell ({r},{c}) now." in board_view.observation  # the board view names it in words
+        if k + 1 < len(cells):  # a later cell, though empty, is refused and costs the turn
+            r2, c2, v2 = cells[k + 1]
+            res = ep.step(f"set {r2} {c2} {v2}")
+            assert res.info["invalid"] and f"fill cell ({r},{c}) first" in res.info["error"]
+        res = ep.step(f"set {r} {c} {v}")
+        board_view.step(f"set {r} {c} {v}")
+        assert not res.info["invalid"]
+    assert res.done and res.reward == 1.0 and ep.turn == 5
+
+
+def test_one_turn_tasks_are_states_along_the_solution_path():
+    """one_turn: the episode opens on exactly what a whole episode shows after k right fills, takes one
+    reply, and a right reply earns 1/3 more than a wrong one whatever k is."""
+    kw = dict(grammar="legal", observation="marks", fill_order="reading", partial_credit=True)
+    one, whole = make(4, 3, one_turn=True, **kw), make(4, 3, **kw)
+    tasks = one.tasks("val", 24, 0)
+    assert tasks == whole.tasks("val", 24, 0)
+    starts = set()
+    for task in tasks:
+        cells = empties(task, 4)
+        ep, full = one.start(task), whole.start(task)
+        k = ep.first_turn
+        starts.add(k)
+        for r, c, v in cells[:k]:
+            full.step(f"set {r} {c} {v}")
+        assert ep.observation == full.observation and ep.action_regex == full.action_regex
+        r, c, v = cells[k]
+        right, wrong = one.start(task).step(f"set {r} {c} {v}"), one.start(task).step(f"set {r} {c} {v % 4 + 1}")
+        assert right.done and wrong.done
+        assert right.reward == pytest.approx((k + 1) / 3) and wrong.reward == pytest.approx(k / 3)
+        assert right.info["success"] is (k == 2)
+    assert starts == {0, 1, 2}
+    with pytest.raises(ConfigError, match="partial_credit"):
+        SudokuConfig(empty_cells=3, one_turn=True).validate()
+    with pytest.raises(ConfigError, match="max_turns 2 must be >= empty_cells 3"):
+        SudokuConfig(empty_cells=3, one_turn=True, partial_credit=True, max_turns=2).validate()

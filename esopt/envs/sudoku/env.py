@@ -67,6 +67,20 @@ class SudokuConfig(Config):
         "If true, an unsolved episode scores the fraction of originally empty cells holding the "
         "solution's digit instead of 0 (a solved board still scores 1).",
     )
+    fill_order: str = opt(
+        "any",
+        "'any' (the agent picks which empty cell to fill) or 'reading' (each turn names the cell to fill, the "
+        "first empty one in reading order: an action on another cell is invalid, the legal grammar admits only "
+        "it, and the marks view lists only it, so each turn is one cell's decision on the board so far).",
+    )
+    one_turn: bool = opt(
+        False,
+        "A training task of one reply from along the solution path: the episode starts as if the agent had "
+        "filled the puzzle's first k empty cells (reading order) rightly, k drawn per task from 0..empty_cells-1, "
+        "showing what it would then see (that last feedback, its turns left), and ends after one reply, scored "
+        "by partial credit (so a right reply earns 1/empty_cells more than a wrong one on every turn). For "
+        "rollout.expected_reward on multi-turn puzzles; evaluate whole ones with eval_env_options {one_turn: false}.",
+    )
 
     def check(self) -> None:
         if isinstance(self.size, bool) or self.size not in (4, 9):
@@ -98,6 +112,17 @@ class SudokuConfig(Config):
             raise ConfigError(f"sudoku.balanced_answers must be true or false, got {self.balanced_answers!r}")
         if not isinstance(self.partial_credit, bool):
             raise ConfigError(f"sudoku.partial_credit must be true or false, got {self.partial_credit!r}")
+        if self.fill_order not in ("any", "reading"):
+            raise ConfigError(f"sudoku.fill_order must be 'any' or 'reading', got {self.fill_order!r}")
+        if not isinstance(self.one_turn, bool):
+            raise ConfigError(f"sudoku.one_turn must be true or false, got {self.one_turn!r}")
+        if self.one_turn and not self.partial_credit:
+            raise ConfigError("sudoku.one_turn scores one reply of a puzzle, which never solves it alone: set partial_credit true")
+        if self.one_turn and self.max_turns is not None and self.max_turns < self.empty_cells:
+            raise ConfigError(
+                f"sudoku.one_turn shows the turns left of a whole episode: max_turns {self.max_turns} must be >= "
+                f"empty_cells {self.empty_cells}"
+            )
 
 
 class SudokuEnv(Env):
@@ -209,7 +234,13 @@ class SudokuEpisode(Episode):
         self.targets = [i for i, d in enumerate(puzzle) if d == 0]
         self.turn = 0
         self.done = False
-        self._observation = self._render("New puzzle.")
+        feedback = "New puzzle."
+        if env.config.one_turn:  # the state after the agent's own first k right fills, as it would see it
+            for i in self.targets[: stable_int(f"esopt-sudoku-one-turn|{task.id}") % len(self.targets)]:
+                feedback = self._apply(f"set {i // self.size + 1} {i % self.size + 1} {self.solution[i]}")
+                self.turn += 1
+        self.first_turn = self.turn
+        self._observation = self._render(feedback)
 
     @property
     def observation(self) -> str:
@@ -220,7 +251,7 @@ class SudokuEpisode(Episode):
         if self.env.config.grammar != "legal":
             return None
         n = self.size
-        cells = "|".join(f"{i // n + 1} {i % n + 1}" for i in self._empty()) or f"[1-{n}] [1-{n}]"
+        cells = "|".join(f"{i // n + 1} {i % n + 1}" for i in self._open()) or f"[1-{n}] [1-{n}]"
         return f"set ({cells}) [1-{n}]"
 
     @property
@@ -229,6 +260,11 @@ class SudokuEpisode(Episode):
 
     def _empty(self) -> list[int]:
         return [i for i in self.targets if self.board[i] == 0]
+
+    def _open(self) -> list[int]:
+        """The cells an action may fill this turn: every empty one, or under fill_order 'reading' the first."""
+        empty = self._empty()
+        return empty[:1] if self.env.config.fill_order == "reading" else empty
 
     def _used_digits(self, cell: int) -> set[int]:
         """Digits already placed in the row, column or box of `cell`."""
@@ -242,7 +278,7 @@ class SudokuEpisode(Episode):
     def _marks(self) -> list[str]:
         n = self.size
         lines = []
-        for i in self._empty():
+        for i in self._open():
             used = self._used_digits(i)
             marks = " ".join(f"{d}:{'used' if d in used else 'free'}" for d in range(1, n + 1))
             lines.append(f"Cell ({i // n + 1},{i % n + 1}) {marks}")
@@ -255,6 +291,9 @@ class SudokuEpisode(Episode):
             lines.extend(self._marks())
         lines.append(feedback)
         if not self.done:
+            if self.env.config.fill_order == "reading" and view == "board":  # the marks name the cell already
+                i = self._empty()[0]
+                lines.append(f"Fill cell ({i // self.size + 1},{i % self.size + 1}) now.")
             lines.append(f"Turns left: {self.turns_left}. Reply: set <row> <col> <value>")
         return "\n".join(lines)
 
@@ -294,6 +333,9 @@ class SudokuEpisode(Episode):
             return f"Invalid: cell ({r},{c}) is a given digit and cannot be changed."
         if self.board[i]:
             return f"Invalid: cell ({r},{c}) is already filled."
+        if i not in self._open():
+            j = self._open()[0]
+            return f"Invalid: fill cell ({j // n + 1},{j % n + 1}) first (cells are filled in reading order)."
         self.board[i] = v
         return f"OK: put {v} at ({r},{c})."
 
@@ -313,7 +355,7 @@ class SudokuEpisode(Episode):
             info["error"] = feedback
         full = not self._empty()
         reward = 0.0
-        if full or self.turn >= self.env.max_turns:
+        if full or self.turn >= self.env.max_turns or (self.env.config.one_turn and self.turn > self.first_turn):
             self.done = True
             correct = sum(self.board[i] == self.solution[i] for i in self.targets)
             success = full and is_valid_solution(_to_str(self.board), self.size)
