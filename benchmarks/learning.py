@@ -15,6 +15,10 @@ the model's answers, so a collapse to one answer cannot pass for learning. Write
 `<out>/learning.md`, `<out>/learning.json` and one `learning_<env>.png` per env (held-out success
 against wall-clock seconds and against training episodes).
 
+Sudoku H*=3 is a curriculum (STARTS_FROM): each method's H*=3 run starts from its own sudoku-h1 run of the
+same seed (ES from ES, GRPO from GRPO, each GRPO stage stopped after its ES stage's seconds); its seconds,
+episodes and updates count both stages, and its curve shows H*=3 val success from the second stage's start.
+
 `--quick` (what `make learn QUICK=1` runs; 12 min 31 s measured on 2 idle cores): only sudoku-h1, one seed of QUICK_STEPS ES
 steps (the sigma and alpha schedules compressed to them) and GRPO for the same seconds, 128 eval tasks, no
 Mean@4: it checks the pipeline end to end on the real model and shows the start of the curve.
@@ -36,6 +40,9 @@ ENVS = {
     "countdown": "configs/learn_countdown.yaml",
 }
 GRPO_CONFIGS = {env: path.replace(".yaml", "_grpo.yaml") for env, path in ENVS.items()}
+# A curriculum: these envs' runs start from the final model of the named env's run of the same method and
+# seed (trained first, or reused), and their training cost counts both stages.
+STARTS_FROM = {"sudoku-h3": "sudoku-h1"}
 PAPER_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
 QUICK_STEPS = 20
 
@@ -58,6 +65,20 @@ def train(env: str, method: str, seed: int, runs_dir: Path, extra: list[str]) ->
     if code:
         raise SystemExit(f"[learn] training {name} failed (exit {code}); see {log}")
     return run_dir
+
+
+def stages(env: str) -> list[str]:
+    """The envs one of `env`'s models is trained on, in order (a curriculum's first stages, then env)."""
+    return [*stages(STARTS_FROM[env]), env] if env in STARTS_FROM else [env]
+
+
+def chained_curve(run_dirs: list[Path]) -> list[dict]:
+    """The last stage's curve, its updates, seconds and episodes counted from the first stage's start."""
+    done = {"step": 0, "seconds": 0.0, "episodes": 0}
+    for run_dir in run_dirs[:-1]:
+        last = curve(run_dir)[-1]
+        done = {key: done[key] + last[key] for key in done}
+    return [{**row, **{key: row[key] + done[key] for key in done}} for row in curve(run_dirs[-1])]
 
 
 def curve(run_dir: Path) -> list[dict]:
@@ -211,15 +232,19 @@ def main(argv: list[str] | None = None) -> int:
         extra = ["--steps", str(QUICK_STEPS), "--eval_every", str(QUICK_STEPS // 2)] if args.quick else []
         run_dirs = {}
         for seed in seeds:
-            run_dirs[f"ES seed {seed}"] = es_run = train(env, "es", seed, runs_dir, extra)
-            seconds = curve(es_run)[-1]["seconds"]  # GRPO gets exactly ES's training wall-clock
-            grpo_extra = ["--max_train_seconds", f"{seconds:.1f}"]
-            run_dirs[f"GRPO seed {seed}"] = train(env, "grpo", seed, runs_dir, grpo_extra)
-        curves = {label: curve(run_dir) for label, run_dir in run_dirs.items()}
-        models = {"base": "default", **{label: latest_checkpoint(run_dir) for label, run_dir in run_dirs.items()}}
+            es_runs, grpo_runs = [], []
+            for stage in stages(env):  # each stage starts from the same method's model of the stage before
+                start = ["--model.path", latest_checkpoint(es_runs[-1])] if es_runs else []
+                es_runs.append(train(stage, "es", seed, runs_dir, [*extra, *start]))
+                seconds = curve(es_runs[-1])[-1]["seconds"]  # GRPO gets exactly ES's training wall-clock
+                start = ["--model.path", latest_checkpoint(grpo_runs[-1])] if grpo_runs else []
+                grpo_runs.append(train(stage, "grpo", seed, runs_dir, [*start, "--max_train_seconds", f"{seconds:.1f}"]))
+            run_dirs[f"ES seed {seed}"], run_dirs[f"GRPO seed {seed}"] = es_runs, grpo_runs
+        curves = {label: chained_curve(runs) for label, runs in run_dirs.items()}
+        models = {"base": "default", **{label: latest_checkpoint(runs[-1]) for label, runs in run_dirs.items()}}
         results = evaluate_models(env, models, eval_tasks, samples)
         png = plot(env, curves, out)
-        report += markdown(env, ENVS[env], results, curves, png, samples)
+        report += markdown(env, "`, then `".join(ENVS[stage] for stage in stages(env)), results, curves, png, samples)
         everything[env] = {
             "curves": curves,
             "results": results,

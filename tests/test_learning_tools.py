@@ -185,3 +185,37 @@ def test_ablation_pairs_each_run_with_the_reference_on_the_same_tasks(tmp_path):
     other_tasks = run("other", {f"u{i}": True for i in range(40)})
     assert versus(better, reference).startswith("+0.250 [+0.1")  # 10 more solved of 40, none lost
     assert versus(other_tasks, reference) == "-"  # different tasks: no paired difference
+
+
+def test_learning_benchmark_counts_a_curriculum_from_its_first_stage(tmp_path):
+    """sudoku-h3's models are trained on sudoku-h1 first: its curve's updates, seconds and episodes include
+    the first stage's, and its success values are the second stage's own evaluations."""
+    import json
+
+    import yaml
+
+    from benchmarks.learning import chained_curve, stages
+
+    def run(name: str, step_seconds: list[float], evals: dict[int, float]) -> "object":
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "config.yaml").write_text(yaml.safe_dump({"es": {"population": 8}, "tasks_per_step": 32}))
+        records = [{"step": 0, "eval/success": evals[0]}]
+        for step, seconds in enumerate(step_seconds, start=1):
+            records.append({"step": step, "time/step_s": seconds})
+            if step in evals:
+                records.append({"step": step, "eval/success": evals[step]})
+        (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return directory
+
+    assert stages("sudoku-h3") == ["sudoku-h1", "sudoku-h3"] and stages("countdown") == ["countdown"]
+    first = run("h1", [10.0] * 4, {0: 0.2, 4: 0.5})
+    second = run("h3", [5.0, 7.0], {0: 0.07, 2: 0.28})
+    assert chained_curve([second]) == [
+        {"step": 0, "seconds": 0.0, "episodes": 0, "success": 0.07},
+        {"step": 2, "seconds": 12.0, "episodes": 512, "success": 0.28},
+    ]
+    assert chained_curve([first, second]) == [
+        {"step": 4, "seconds": 40.0, "episodes": 1024, "success": 0.07},
+        {"step": 6, "seconds": 52.0, "episodes": 1536, "success": 0.28},
+    ]
