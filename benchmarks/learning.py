@@ -116,7 +116,7 @@ def evaluate_models(env_name: str, models: dict[str, str], eval_tasks: int, samp
     env = config.make_eval_env()  # the env the runs' own evaluations play
     tasks = env.tasks("eval", eval_tasks, 12345)  # a seed no training run or config uses
     greedy = eval_rollout_config(config)  # what the trainer's own evaluations use (eval_greedy)
-    sampled = dataclasses.replace(config.rollout, sampling=dataclasses.replace(config.rollout.sampling, **PAPER_SAMPLING))
+    sampled = dataclasses.replace(greedy, sampling=dataclasses.replace(config.rollout.sampling, **PAPER_SAMPLING))
     results = {}
     for label, path in models.items():
         policy = load_policy(dataclasses.replace(config.model, path=path))

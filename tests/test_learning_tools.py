@@ -219,3 +219,17 @@ def test_learning_benchmark_counts_a_curriculum_from_its_first_stage(tmp_path):
         {"step": 4, "seconds": 40.0, "episodes": 1024, "success": 0.07},
         {"step": 6, "seconds": 52.0, "episodes": 1536, "success": 0.28},
     ]
+
+
+def test_evaluation_refuses_expected_reward_scoring():
+    """An expected-reward rollout reports the likeliest reply's success, not a sampled episode's: a Mean@k
+    measured that way would be greedy success under another name (benchmarks/learning.py once did this)."""
+    from esopt.confutil import ConfigError
+    from esopt.envs import make_env
+    from esopt.rollout import RolloutConfig, SamplingConfig
+    from esopt.train.evaluate import evaluate
+
+    env = make_env("sudoku", {"empty_cells": 1, "grammar": "legal"})
+    scored = RolloutConfig(expected_reward=True, sampling=SamplingConfig(temperature=0.7))
+    with pytest.raises(ConfigError, match="real episodes"):
+        evaluate(None, env, env.tasks("val", 2, 0), scored, samples=4)

@@ -53,6 +53,8 @@ def evaluate(
 ) -> dict:
     """Run `samples` episodes of every task in one batched rollout and score them. `per_task_success`
     (each task's mean success over its samples, in task order) feeds paired comparisons."""
+    if config.expected_reward:  # it scores replies and reports the likeliest one's success: not a sampled episode
+        raise ConfigError("evaluate plays real episodes: pass a rollout config with expected_reward false")
     result = rollout(policy, env, [task for task in tasks for _ in range(samples)], config, seed=seed)
     by_task = [result.trajectories[i * samples : (i + 1) * samples] for i in range(len(tasks))]
     rewards = [[t.reward for t in group] for group in by_task]
