@@ -38,7 +38,7 @@ bench: setup
 	$(PY) -m benchmarks.bench
 
 # Held-out gains of ES and GRPO over 3 training seeds per env (sudoku-h1 and sudoku-h3, whose runs continue
-# sudoku-h1's: about 85 min on 2 idle cores; countdown has not been run in full and would not fit beside them);
+# sudoku-h1's: about 81 min on 2 idle cores; countdown has not been run in full and would not fit beside them);
 # QUICK=1: sudoku-h1, one seed, 20 ES steps (12.5 min measured).
 learn: setup
 	$(PY) -m benchmarks.learning $(if $(QUICK),--quick,)
