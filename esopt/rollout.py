@@ -25,9 +25,10 @@ class RolloutConfig(Config):
         False,
         "score each episode by its exact expected reward instead of one sampled reply: every reply the action "
         "grammar admits is scored by the env, and weighted by its probability under the model at "
-        "sampling.temperature (p(reply)^(1/T), normalised over the replies; top_k and top_p are not applied). "
+        "sampling.temperature (p(reply)^(1/T), normalised over the replies; top_k and top_p are not applied; "
+        "a reply's text after its last choice, which the grammar forces, is not scored). "
         f"For envs whose episodes end after one reply and whose grammar admits at most {MAX_EXPECTED_REPLIES} replies "
-        "(sudoku with empty_cells 1); ES training only, evaluation plays real episodes",
+        "(sudoku with empty_cells 1, countdown's operators grammar); ES training only, evaluation plays real episodes",
     )
 
     def check(self) -> None:
@@ -196,6 +197,24 @@ def admitted_replies(regex: str | None) -> list[str]:
     return list(exrex.generate(regex, limit=MAX_EXPECTED_REPLIES))
 
 
+def choice_prefixes(replies: list[str]) -> list[str]:
+    """Each reply cut just after its last choice: the character where it parts from the reply closest to it
+    (sorted neighbours share the longest prefixes). No other reply starts with the cut text, so the grammar
+    forces the rest and guided decoding writes it without a choice; scoring it would cost a forward row per
+    reply (countdown's `(a o b) o c`: 4 rows per task instead of 16). A lone reply, or one that is a prefix
+    of another, is kept whole (sudoku's `set r c d` is: its last character is the choice)."""
+    if len(replies) < 2:
+        return list(replies)
+    order = sorted(range(len(replies)), key=replies.__getitem__)
+    shared = [0] * len(replies)
+    for left, right in zip(order, order[1:]):
+        a, b = replies[left], replies[right]
+        common = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        shared[left] = max(shared[left], common)
+        shared[right] = max(shared[right], common)
+    return [reply[: shared[i] + 1] for i, reply in enumerate(replies)]
+
+
 def expected_rollout(
     policy: Policy, env: Env, tasks: list[Task], config: RolloutConfig, members: list[Member | None] | None = None
 ) -> RolloutResult:
@@ -214,7 +233,7 @@ def expected_rollout(
         candidates.append(admitted_replies(episode.action_regex or env.action_regex))
     env_s = time.perf_counter() - start
     start = time.perf_counter()
-    logprobs = policy.reply_logprobs(chats, candidates, members=members)
+    logprobs = policy.reply_logprobs(chats, [choice_prefixes(replies) for replies in candidates], members=members)
     generate_s = time.perf_counter() - start
     start = time.perf_counter()
     trajectories = []

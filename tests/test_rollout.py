@@ -5,6 +5,7 @@ import re
 import pytest
 
 from esopt.envs import make_env
+from esopt.envs.base import Task
 from esopt.policy.base import Policy
 from esopt.rollout import RolloutConfig, rollout
 from esopt.train.evaluate import evaluate
@@ -137,6 +138,39 @@ def test_expected_reward_weights_every_admitted_reply_by_its_probability(tempera
         assert trajectory.success == (digit == 4)
         assert trajectory.final_info["replies_scored"] == 4
     assert result.metrics["mean_reward"] == pytest.approx(sum(t.reward for t in result.trajectories) / 6)
+
+
+def test_choice_prefixes_cut_each_reply_after_its_last_choice():
+    from esopt.rollout import choice_prefixes
+
+    assert choice_prefixes(["set 2 3 1", "set 2 3 2", "set 2 3 4"]) == ["set 2 3 1", "set 2 3 2", "set 2 3 4"]
+    assert choice_prefixes(["a: (1 + 8) * 7", "a: (1 + 8) - 7", "a: (1 - 8) * 7"]) == ["a: (1 + 8) *", "a: (1 + 8) -", "a: (1 -"]
+    assert choice_prefixes(["ab", "abc", "x"]) == ["ab", "abc", "x"]  # a prefix of another stays whole
+    assert choice_prefixes(["only one"]) == ["only one"]
+
+
+def test_expected_reward_of_a_two_choice_grammar_is_scored_up_to_the_last_choice():
+    import itertools
+    import math
+
+    from esopt.policy.base import SamplingConfig
+
+    env = make_env("countdown", {"use_all_numbers": True, "shuffle_numbers": False, "answer_grammar": "operators"})
+    task = Task(id="hand", data={"numbers": [11, 8, 7], "target": 21, "solution": ""})
+    seen = []
+
+    class OperatorPolicy(ScriptedPolicy):  # p(reply) from its operators: "-" twice as likely as any other
+        def reply_logprobs(self, chats, replies, members=None):
+            seen.extend(replies)
+            return [[sum(math.log(2.0 if c == "-" else 1.0) for c in reply[8:]) for reply in candidates] for candidates in replies]
+
+    config = RolloutConfig(expected_reward=True, sampling=SamplingConfig(temperature=1.0))
+    (trajectory,) = rollout(OperatorPolicy(lambda observation: ""), env, [task], config).trajectories
+    assert sorted(seen[0]) == sorted(f"answer: (11 {a} 8) {b}" for a, b in itertools.product("+-*/", repeat=2))
+    weight = {a + b: (2.0 if a == "-" else 1.0) * (2.0 if b == "-" else 1.0) for a, b in itertools.product("+-*/", repeat=2)}
+    # only (11 - 8) * 7 hits 21; every admitted reply is well formed (0.1)
+    assert trajectory.reward == pytest.approx(0.1 + weight["-*"] / sum(weight.values()))
+    assert trajectory.actions == ["answer: (11 - 8) - 7"] and trajectory.final_info["replies_scored"] == 16
 
 
 def test_expected_reward_refuses_what_it_cannot_enumerate():
