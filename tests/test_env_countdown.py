@@ -79,6 +79,9 @@ def test_trivial_baseline_is_the_best_arithmetic_free_policy():
     assert make_env("countdown", {}).trivial_baseline(tasks) == ("answer the target", 0.5)
     # exactly once: no copy; one fixed template over the given order, 4 + 6 * 1 = 10, solves one of four
     assert make_env("countdown", {"use_all_numbers": True}).trivial_baseline(tasks) == ("always a + b * c", 0.25)
+    # left-nested templates count too: (2 + 3) * 4 = 20 twice, where no flat template solves both
+    nested = [_task([2, 3, 4], 20), _task([1, 4, 4], 20), _task([7, 3, 2], 12)]
+    assert make_env("countdown", {"use_all_numbers": True}).trivial_baseline(nested) == ("always (a + b) * c", 2 / 3)
 
 
 def test_garbage_scores_zero(env, tasks):
@@ -149,3 +152,77 @@ def test_closeness_reward_is_partial_credit_for_near_misses_only():
     assert overshoot.reward == pytest.approx(0.1)  # 600: more than the target away earns nothing extra
     with pytest.raises(Exception, match="closeness_reward must be >= 0"):
         make_env("countdown", {"closeness_reward": -1})
+
+
+OPERATORS_GRAMMAR = {"min_numbers": 3, "max_numbers": 3, "max_value": 20, "min_target": 1, "max_target": 60,
+                     "use_all_numbers": True, "shuffle_numbers": False, "answer_grammar": "operators"}
+
+
+def test_operators_grammar_admits_the_left_nested_expressions_over_the_numbers_in_order():
+    import itertools
+    import re
+
+    from esopt.rollout import admitted_replies
+
+    env = make_env("countdown", OPERATORS_GRAMMAR)
+    assert "given order" in env.system_prompt
+    episode = env.start(_task([11, 8, 7], 21))
+    replies = admitted_replies(episode.action_regex)
+    assert sorted(replies) == sorted(f"answer: (11 {a} 8) {b} 7" for a, b in itertools.product("+-*/", repeat=2))
+    assert not re.fullmatch(episode.action_regex, "answer: (11 - 7) * 8")  # another order
+    assert not re.fullmatch(episode.action_regex, "answer: 11 - 8 * 7")
+    assert [r for r in replies if env.start(_task([11, 8, 7], 21)).step(r).info["success"]] == ["answer: (11 - 8) * 7"]
+    # answer distributions count operator forms, so a collapse to one shows across tasks
+    assert env.start(_task([11, 8, 7], 21)).step("answer: (11 / 8) * 7").info["answer_form"] == "(a / b) * c"
+    # reasoning-gym's puzzles with their numbers unshuffled: one of the 16 always solves it
+    for task in env.tasks("train", 40, 3):
+        replies = admitted_replies(env.start(task).action_regex)
+        assert any(env.start(task).step(r).info["success"] for r in replies), task.data
+
+
+def test_balanced_operators_give_every_operator_choice_an_equal_share():
+    import itertools
+
+    from esopt.envs.countdown.operators import left_nested
+
+    env = make_env("countdown", {**OPERATORS_GRAMMAR, "balanced_operators": True})
+    tasks = env.tasks("val", 64, 0)
+    choices = list(itertools.product("+-*/", repeat=2))
+    for i, task in enumerate(tasks):
+        numbers, target = task.data["numbers"], task.data["target"]
+        assert 1 <= target <= 60 and all(1 <= n <= 20 for n in numbers)
+        assert score_expression(left_nested(numbers, choices[i % 16]), numbers, target, True).correct
+    # every choice solves its own 4 of the 64 (and some others by coincidence): no constant choice nears the third
+    # that `a + b - c` solves with reasoning-gym's natural frequencies
+    description, rate = env.trivial_baseline(tasks)
+    assert rate < 0.25, (description, rate)
+    assert env.tasks("val", 64, 0) == tasks and env.tasks("val", 64, 1) != tasks
+
+
+def test_balanced_splits_are_disjoint():
+    env = make_env("countdown", {**OPERATORS_GRAMMAR, "balanced_operators": True})
+    keys = {split: {(tuple(sorted(t.data["numbers"])), t.data["target"]) for t in env.tasks(split, 48, 0)} for split in ("train", "val", "eval")}
+    assert not keys["train"] & keys["val"] and not keys["train"] & keys["eval"] and not keys["val"] & keys["eval"]
+
+
+def test_value_views_spell_out_the_arithmetic():
+    first = make_env("countdown", {**OPERATORS_GRAMMAR, "observation": "first_values"}).start(_task([11, 8, 7], 21))
+    assert "Values:\n11 + 8 = 19\n11 - 8 = 3\n11 * 8 = 88\n11 / 8 = 11/8\n" in first.observation
+    every = make_env("countdown", {**OPERATORS_GRAMMAR, "observation": "all_values"}).start(_task([11, 8, 7], 21))
+    lines = [line for line in every.observation.splitlines() if line.startswith("(")]
+    assert len(lines) == 16 and "(11 / 8) - 7 = -45/8" in lines
+    assert [line for line in lines if line.endswith(" = 21")] == ["(11 - 8) * 7 = 21"]  # the one answer that hits
+    assert every.step("answer: (11 - 8) * 7").info["success"]
+
+
+def test_operators_and_balance_config_errors():
+    with pytest.raises(ConfigError, match="countdown.answer_grammar must be one of free, operators"):
+        make_env("countdown", {"answer_grammar": "ops"})
+    with pytest.raises(ConfigError, match="single-turn"):
+        make_env("countdown", {"answer_grammar": "operators", "multi_turn": True})
+    with pytest.raises(ConfigError, match="balanced_operators needs shuffle_numbers false"):
+        make_env("countdown", {"balanced_operators": True})
+    with pytest.raises(ConfigError, match="countdown.observation all_values lists the operators grammar's values"):
+        make_env("countdown", {"observation": "all_values"})
+    with pytest.raises(ConfigError, match="countdown.observation must be one of plain, first_values, all_values"):
+        make_env("countdown", {**OPERATORS_GRAMMAR, "observation": "table"})

@@ -38,7 +38,14 @@ class StepResult:
     info: dict = field(default_factory=dict)
     """Diagnostics. Conventional keys: `invalid` (bool, the action was malformed or illegal),
     `success` (bool, set on the final turn), `answer` (str, set on the final turn: what the agent
-    answered, so evaluations can show the answer distribution and expose a collapse to one answer)."""
+    answered, so evaluations can show the answer distribution and expose a collapse to one answer),
+    `answer_form` (optional str: the answer with the task's particulars left out, e.g. countdown's
+    operators `(a / b) * c`, where every task's answers differ; answer distributions count it instead)."""
+
+
+def shown_answer(info: dict) -> str:
+    """What answer distributions count for an episode's final info: its `answer_form`, else its `answer`."""
+    return str(info.get("answer_form", info.get("answer", "")))
 
 
 class Episode(abc.ABC):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from esopt.confutil import Config, ConfigError, opt
-from esopt.envs.base import SPLITS, Env, Task
+from esopt.envs.base import SPLITS, Env, Task, shown_answer
 from esopt.envs.metrics import max_at_k, mean_at_k, pass_at_k, wilson_interval
 from esopt.policy.base import Policy
 from esopt.policy.config import ModelConfig
@@ -72,7 +72,7 @@ def evaluate(
     }
     per_task = [sum(row) / k for row in successes]
     report[f"success_mean@{k}_ci95"] = wilson_interval(sum(per_task), len(tasks))
-    answers = Counter(str(t.final_info.get("answer", "")) for t in result.trajectories)
+    answers = Counter(shown_answer(t.final_info) for t in result.trajectories)
     report["answers"] = dict(answers.most_common())
     trivial = env.trivial_baseline(tasks)
     if trivial is not None:

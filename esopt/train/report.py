@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from statistics import mean, median
 
+from esopt.envs.base import shown_answer
 from esopt.envs.metrics import paired_difference, wilson_interval
 from esopt.es import read_history
 from esopt.train.diagnostics import diagnostics_line, tie_summary
@@ -174,7 +175,7 @@ def heldout_comparison(run_dir: Path, first: int, last: int, env=None, tasks=Non
     if not before or len(before) != len(after):
         return None
     answers = {
-        when: Counter(str(r.get("final_info", {}).get("answer", "")) for r in records).most_common()
+        when: Counter(shown_answer(r.get("final_info", {})) for r in records).most_common()
         for when, records in (("before", before), ("after", after))
     }
     def invalid(records: list[dict]) -> list[float]:

@@ -1,7 +1,18 @@
 """Countdown: combine the given numbers with + - * / and parentheses to hit a target.
 
 Tasks come from reasoning-gym's ``countdown`` generator (offline, seeded): its numbers, target
-and one reference solution. The prompt is the env's own (short, plain text).
+and one reference solution. The prompt is the env's own (short, plain text). The generator combines
+its numbers left to right, `((a o b) o c) ...`, and then shuffles them; `shuffle_numbers: false`
+keeps that order.
+
+The operator task (`answer_grammar: operators`): guided decoding admits only the left-nested
+expression over the numbers in the given order, so with unshuffled numbers one of the 4^(n-1)
+operator choices always hits and choosing it is the whole task (the arithmetic, without the search
+over orders). reasoning-gym's operator frequencies make `a + b - c` solve about a third of such
+puzzles; `balanced_operators` instead draws puzzle i's numbers uniformly until the i-th choice hits
+a target in range, so every choice solves an equal share (with three numbers 1-20 and targets 1-60
+the best constant one, `(a / b) * c`, still solves 0.16 of 128 val puzzles, as `/ 1` and `* 1` and
+the like coincide; uniform guessing 0.10).
 
 Reward: `format_reward` (0.1) for a well-formed answer, plus `correct_reward` (1.0) when it also
 evaluates exactly to the target (the ES-at-Scale paper's scheme; `scoring.py` says what well formed
@@ -9,8 +20,9 @@ and correct mean). `closeness_reward` (default 0) adds partial credit for a well
 near the target, a denser training reward; the success metric is unchanged.
 
 Trivial policy: answering with the target itself is correct whenever the target is one of the given
-numbers (8 of 64 val puzzles with three numbers up to 20 and targets 5-40, configs/learn_countdown.yaml's
-generator, under the at-most-once rule; never under `use_all_numbers`). The base model does exactly that; `trivial_baseline` reports its rate.
+numbers (8 of 64 val puzzles with three numbers up to 20 and targets 5-40 under the at-most-once
+rule; never under `use_all_numbers`), and one fixed operator template, flat or left-nested, over the
+numbers in their given order often is; `trivial_baseline` reports the best of them.
 
 Number rule. By default each number may be used *at most once* (this brief's rule; the original
 Countdown game's rule). reasoning-gym's own scorer, the ES-at-Scale code and TinyZero instead
@@ -30,16 +42,20 @@ Task data: ``{"numbers": [int], "target": int, "solution": str}``.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
 from esopt.confutil import Config, ConfigError, is_int, is_number, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.splits import hash_split, short_hash, stable_int
+from esopt.envs.countdown.operators import OPERATORS, left_nested, left_nested_value
 from esopt.envs.countdown.scoring import bare_expression, score_expression
 from esopt.envs.tools.actions import ANSWER, INVALID, TOOL, Action, parse_action, truncate
 from esopt.envs.tools.calculator import calculate
 
 _DATASET_SIZE = 200_000
+ANSWER_GRAMMARS = ("free", "operators")
+OBSERVATIONS = ("plain", "first_values", "all_values")
 
 
 @dataclass
@@ -54,6 +70,29 @@ class CountdownConfig(Config):
         False,
         "false: each number at most once (default); true: every number exactly once "
         "(reasoning-gym's and the ES-at-Scale paper's rule).",
+    )
+    shuffle_numbers: bool = opt(
+        True,
+        "true: the numbers in random order (reasoning-gym's default); false: in the order the generator combined "
+        "them, left to right, so that some `(a o b) o c` over them in that order hits the target.",
+    )
+    answer_grammar: str = opt(
+        "free",
+        "free: any expression over + - * / and parentheses; operators: guided decoding admits only "
+        "`answer: (a o b) o c` (left-nested, the numbers in the given order): the agent picks the 4^(n-1) "
+        "operators, and rollout.expected_reward can score every admitted reply. Single-turn episodes only.",
+    )
+    balanced_operators: bool = opt(
+        False,
+        "With shuffle_numbers false: puzzle i's numbers are drawn uniformly (not by reasoning-gym) until the i-th of "
+        "the 4^(n-1) operator choices, left-nested over them in order, hits a target in range, so each choice "
+        "solves an equal share of the puzzles (with reasoning-gym's frequencies `a + b - c` solves about a third).",
+    )
+    observation: str = opt(
+        "plain",
+        "plain: the numbers and the target; first_values (with answer_grammar operators): also the value of "
+        "`a o b` for each operator, the first step's facts spelled out, so one step of arithmetic is left; "
+        "all_values: the value of every admitted answer, so the task is to find the one that equals the target.",
     )
     multi_turn: bool = opt(False, "If true, the agent may use the calculator before answering.")
     max_turns: int = opt(4, "Turns per episode when multi_turn (single-turn episodes have 1).")
@@ -85,9 +124,21 @@ class CountdownConfig(Config):
                 f"countdown.min_target/max_target must satisfy 1 <= min <= max, "
                 f"got {self.min_target}/{self.max_target}"
             )
-        for name in ("use_all_numbers", "multi_turn"):
+        for name in ("use_all_numbers", "multi_turn", "shuffle_numbers", "balanced_operators"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"countdown.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.answer_grammar not in ANSWER_GRAMMARS:
+            raise ConfigError(
+                f"countdown.answer_grammar must be one of {', '.join(ANSWER_GRAMMARS)}, got {self.answer_grammar!r}"
+            )
+        if self.answer_grammar == "operators" and self.multi_turn:
+            raise ConfigError("countdown.answer_grammar operators is for single-turn episodes: set multi_turn false")
+        if self.observation not in OBSERVATIONS:
+            raise ConfigError(f"countdown.observation must be one of {', '.join(OBSERVATIONS)}, got {self.observation!r}")
+        if self.observation != "plain" and self.answer_grammar != "operators":
+            raise ConfigError(f"countdown.observation {self.observation} lists the operators grammar's values: set answer_grammar operators")
+        if self.balanced_operators and self.shuffle_numbers:
+            raise ConfigError("countdown.balanced_operators needs shuffle_numbers false (the operators of the numbers in order)")
         if self.max_turns < 1:
             raise ConfigError(f"countdown.max_turns must be >= 1, got {self.max_turns}")
         if self.max_tool_calls < 0:
@@ -139,6 +190,11 @@ class CountdownEnv(Env):
             ]
         else:
             lines += ["Reply with one line: answer: <expression>", "Example: answer: (25-5)*4"]
+        if c.answer_grammar == "operators":
+            lines[-2:] = [
+                "Keep the numbers in the given order and choose the operators: answer: (a op b) op c",
+                "Example: answer: (25 - 5) * 4",
+            ]
         return "\n".join(lines)
 
     def _stream(self, seed: int):
@@ -153,6 +209,7 @@ class CountdownEnv(Env):
                     "countdown", seed=seed, size=_DATASET_SIZE,
                     min_numbers=c.min_numbers, max_numbers=c.max_numbers, min_value=c.min_value,
                     max_value=c.max_value, min_target=c.min_target, max_target=c.max_target,
+                    shuffle=c.shuffle_numbers,
                 )
             except (AssertionError, TypeError, ValueError) as e:
                 raise ConfigError(f"countdown: invalid generator settings ({e})") from None
@@ -162,38 +219,65 @@ class CountdownEnv(Env):
         check_split(split)
         if not is_int(n) or n < 0:
             raise ValueError(f"n must be a non-negative integer, got {n!r}")
-        stream = self._stream(stable_int(f"esopt-countdown|{split}|{seed}") % 2**31)
+        draw = self._balanced_draw(split, seed) if self.config.balanced_operators else self._generator_draw(split, seed)
         out: list[Task] = []
         seen: set[str] = set()
         failures = 0
-        idx = 0
         while len(out) < n:
-            if idx >= _DATASET_SIZE or failures > 200 * n + 1000:
+            puzzle = draw(len(out)) if failures <= 200 * n + 1000 else None
+            if puzzle is None:
                 raise RuntimeError(
                     f"countdown: could not draw {n} distinct {split} puzzles; widen the number/target ranges"
                 )
-            try:
-                entry = stream[idx]
-            except ValueError:  # the generator found no expression in range for this index
-                idx += 1
-                failures += 1
-                continue
-            idx += 1
-            meta = entry["metadata"]
-            numbers = [int(x) for x in meta["numbers"]]
-            target = int(meta["target"])
+            numbers, target, solution = puzzle
             key = f"{sorted(numbers)}->{target}"
-            if key in seen or hash_split("countdown", key) != split:
+            if not numbers or key in seen or hash_split("countdown", key) != split:
                 failures += 1
                 continue
             seen.add(key)
             out.append(
-                Task(
-                    id=f"countdown-{short_hash(key)}",
-                    data={"numbers": numbers, "target": target, "solution": str(meta["expression"])},
-                )
+                Task(id=f"countdown-{short_hash(key)}", data={"numbers": numbers, "target": target, "solution": solution})
             )
         return out
+
+    def _generator_draw(self, split: str, seed: int):
+        """Puzzles from reasoning-gym's generator, one stream per (split, seed); ([], 0, "") where it found none."""
+        stream = self._stream(stable_int(f"esopt-countdown|{split}|{seed}") % 2**31)
+        position = iter(range(_DATASET_SIZE))
+
+        def draw(index: int):
+            idx = next(position, None)
+            if idx is None:
+                return None
+            try:
+                meta = stream[idx]["metadata"]
+            except ValueError:  # the generator found no expression in range for this index
+                return [], 0, ""
+            return [int(x) for x in meta["numbers"]], int(meta["target"]), str(meta["expression"])
+
+        return draw
+
+    def _balanced_draw(self, split: str, seed: int):
+        """balanced_operators: the index-th puzzle is solved by the (index mod 4^(n-1))-th operator choice,
+        left-nested over its numbers in order; numbers are drawn uniformly until that value is a whole
+        target in range (reasoning-gym's generator makes some choices too rare to balance by filtering)."""
+        import random
+
+        c = self.config
+        rng = random.Random(stable_int(f"esopt-countdown-balanced|{split}|{seed}"))
+
+        def draw(index: int):
+            count = rng.randint(c.min_numbers, c.max_numbers)
+            choices = list(itertools.product(OPERATORS, repeat=count - 1))
+            ops = choices[index % len(choices)]
+            for _ in range(10_000):
+                numbers = [rng.randint(c.min_value, c.max_value) for _ in range(count)]
+                value = left_nested_value(numbers, ops)
+                if value is not None and value.denominator == 1 and c.min_target <= value <= c.max_target:
+                    return numbers, int(value), left_nested(numbers, ops)
+            return None
+
+        return draw
 
     def trivial_baseline(self, tasks: list[Task]) -> tuple[str, float] | None:
         """The best arithmetic-free policy on `tasks`: answering the target itself (correct when it is a
@@ -209,14 +293,18 @@ class CountdownEnv(Env):
 
         best = ("answer the target", solved(lambda numbers, target: str(target)))
         longest = max(len(t.data["numbers"]) for t in tasks)
-        if longest <= 5:  # 4^(n-1) templates
-            for ops in itertools.product("+-*/", repeat=longest - 1):
-                def fill(numbers, target, ops=ops):
-                    return "".join(f"{n}{ops[i]}" for i, n in enumerate(numbers[:-1])) + str(numbers[-1])
+        if longest <= 5:  # 4^(n-1) templates, flat or left-nested
+            for ops in itertools.product(OPERATORS, repeat=longest - 1):
+                def flat(numbers, target, ops=ops):
+                    return " ".join(f"{n} {ops[i]}" for i, n in enumerate(numbers[:-1])) + f" {numbers[-1]}"
 
-                hits = solved(fill)
-                if hits > best[1]:
-                    best = ("always " + "".join(f"{x} {o} " for x, o in zip("abcd", ops)) + "abcde"[len(ops)], hits)
+                def nested(numbers, target, ops=ops):
+                    return left_nested(numbers, ops[: len(numbers) - 1])
+
+                for fill in (flat, nested):
+                    hits = solved(fill)
+                    if hits > best[1]:
+                        best = ("always " + fill(list("abcde"[: longest]), None), hits)
         return best[0], best[1] / len(tasks)
 
     def oracle(self, task: Task):
@@ -241,11 +329,39 @@ class CountdownEpisode(Episode):
         how = "Reply with answer: <expression>"
         if c.multi_turn and c.max_tool_calls > 0:
             how += " (or calculator: <expression> to check a step)"
-        self._observation = f"Numbers: {nums}\nTarget: {self.target}\n{env.rule}\n{how}."
+        self._observation = f"Numbers: {nums}\nTarget: {self.target}\n{self._values()}{env.rule}\n{how}."
+
+    def _form(self, answer: str) -> str:
+        """`answer` with the numbers replaced by a, b, c, ... when it is an operators-grammar reply, else itself."""
+        letters = list("abcdefghijkl"[: len(self.numbers)])
+        for ops in itertools.product(OPERATORS, repeat=len(self.numbers) - 1):
+            if answer.strip() == left_nested(self.numbers, ops):
+                return left_nested(letters, ops)
+        return answer
+
+    def _values(self) -> str:
+        """The observation's lines of computed values (none for the plain view)."""
+        view = self.config.observation
+        if view == "plain":
+            return ""
+        steps = 1 if view == "first_values" else len(self.numbers) - 1
+        lines = []
+        for ops in itertools.product(OPERATORS, repeat=steps):
+            # the given numbers are >= 1, so no division by zero
+            lines.append(f"{left_nested(self.numbers[: steps + 1], ops)} = {left_nested_value(self.numbers[: steps + 1], ops)}")
+        return "Values:\n" + "\n".join(lines) + "\n"
 
     @property
     def observation(self) -> str:
         return self._observation
+
+    @property
+    def action_regex(self) -> str | None:
+        if self.config.answer_grammar != "operators":
+            return None
+        # the template's operator slots are the only free choices: escape the rest, then open the slots
+        template = re.escape(left_nested(self.numbers, ["@"] * (len(self.numbers) - 1)))
+        return "answer: " + template.replace("@", "[-+*/]")
 
     @property
     def tools(self) -> list[str]:
@@ -271,6 +387,8 @@ class CountdownEpisode(Episode):
                 success=s.correct, answer=act.arg, well_formed=s.well_formed, tool_calls=self.tool_calls,
                 invalid=not s.well_formed,
             )
+            if c.answer_grammar == "operators":
+                info["answer_form"] = self._form(act.arg)
             if s.error:
                 info["error"] = s.error
             if s.correct:

@@ -1,0 +1,33 @@
+"""The operator task's arithmetic: the numbers in order, combined left to right, `((a o b) o c) ...`
+(reasoning-gym's generator builds its targets this way before it shuffles the numbers)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+OPERATORS = "+-*/"
+
+
+def left_nested(numbers: list[int], ops) -> str:
+    """`(a o b) o c ...`: the numbers in order, combined left to right with `ops` (one fewer than numbers)."""
+    text = str(numbers[0])
+    for i, (op, number) in enumerate(zip(ops, numbers[1:])):
+        text = f"{text} {op} {number}" if i == 0 else f"({text}) {op} {number}"
+    return text
+
+
+def left_nested_value(numbers: list[int], ops) -> Fraction | None:
+    """The exact value of `left_nested(numbers, ops)`; None on division by zero."""
+    value = Fraction(numbers[0])
+    for op, number in zip(ops, numbers[1:]):
+        if op == "+":
+            value += number
+        elif op == "-":
+            value -= number
+        elif op == "*":
+            value *= number
+        elif number == 0:
+            return None
+        else:
+            value /= number
+    return value
