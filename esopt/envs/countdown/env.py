@@ -273,7 +273,7 @@ class CountdownEnv(Env):
             for _ in range(10_000):
                 numbers = [rng.randint(c.min_value, c.max_value) for _ in range(count)]
                 value = left_nested_value(numbers, ops)
-                if value is not None and value.denominator == 1 and c.min_target <= value <= c.max_target:
+                if value.denominator == 1 and c.min_target <= value <= c.max_target:
                     return numbers, int(value), left_nested(numbers, ops)
             return None
 
@@ -347,7 +347,6 @@ class CountdownEpisode(Episode):
         steps = 1 if view == "first_values" else len(self.numbers) - 1
         lines = []
         for ops in itertools.product(OPERATORS, repeat=steps):
-            # the given numbers are >= 1, so no division by zero
             lines.append(f"{left_nested(self.numbers[: steps + 1], ops)} = {left_nested_value(self.numbers[: steps + 1], ops)}")
         return "Values:\n" + "\n".join(lines) + "\n"
 

@@ -16,8 +16,8 @@ def left_nested(numbers: list[int], ops) -> str:
     return text
 
 
-def left_nested_value(numbers: list[int], ops) -> Fraction | None:
-    """The exact value of `left_nested(numbers, ops)`; None on division by zero."""
+def left_nested_value(numbers: list[int], ops) -> Fraction:
+    """The exact value of `left_nested(numbers, ops)` (countdown's numbers are >= 1: no division by zero)."""
     value = Fraction(numbers[0])
     for op, number in zip(ops, numbers[1:]):
         if op == "+":
@@ -26,8 +26,6 @@ def left_nested_value(numbers: list[int], ops) -> Fraction | None:
             value -= number
         elif op == "*":
             value *= number
-        elif number == 0:
-            return None
         else:
             value /= number
     return value
