@@ -199,6 +199,22 @@ def test_balanced_operators_give_every_operator_choice_an_equal_share():
     assert env.tasks("val", 64, 0) == tasks and env.tasks("val", 64, 1) != tasks
 
 
+def test_two_number_operator_task_asks_for_one_operator():
+    from esopt.rollout import admitted_replies
+
+    env = make_env("countdown", {**OPERATORS_GRAMMAR, "min_numbers": 2, "max_numbers": 2, "balanced_operators": True})
+    assert "answer: a op b\nExample: answer: 25 - 5" in env.system_prompt
+    assert "(a op b) op c" in make_env("countdown", OPERATORS_GRAMMAR).system_prompt
+    tasks = env.tasks("val", 16, 0)
+    for i, task in enumerate(tasks):
+        replies = admitted_replies(env.start(task).action_regex)
+        assert len(replies) == 4
+        a, b = task.data["numbers"]
+        assert env.start(task).step(f"answer: {a} {'+-*/'[i % 4]} {b}").info["success"], task.data
+    with pytest.raises(ConfigError, match="could not draw 128 distinct val puzzles; widen the number/target ranges"):
+        env.tasks("val", 128, 0)  # two numbers up to 20, targets up to 60: too few distinct `a / b` puzzles
+
+
 def test_balanced_splits_are_disjoint():
     env = make_env("countdown", {**OPERATORS_GRAMMAR, "balanced_operators": True})
     keys = {split: {(tuple(sorted(t.data["numbers"])), t.data["target"]) for t in env.tasks(split, 48, 0)} for split in ("train", "val", "eval")}

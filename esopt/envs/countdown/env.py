@@ -191,9 +191,11 @@ class CountdownEnv(Env):
         else:
             lines += ["Reply with one line: answer: <expression>", "Example: answer: (25-5)*4"]
         if c.answer_grammar == "operators":
+            count = c.max_numbers
             lines[-2:] = [
-                "Keep the numbers in the given order and choose the operators: answer: (a op b) op c",
-                "Example: answer: (25 - 5) * 4",
+                "Keep the numbers in the given order and choose the operators: answer: "
+                + left_nested(list("abcdefghijkl"[:count]), ["op"] * (count - 1)),
+                "Example: answer: " + left_nested([25, 5, 4, *range(2, 11)][:count], "-*+" * 4),
             ]
         return "\n".join(lines)
 
@@ -226,7 +228,7 @@ class CountdownEnv(Env):
         while len(out) < n:
             puzzle = draw(len(out)) if failures <= 200 * n + 1000 else None
             if puzzle is None:
-                raise RuntimeError(
+                raise ConfigError(  # the ranges hold too few distinct puzzles: the user's settings, not a bug
                     f"countdown: could not draw {n} distinct {split} puzzles; widen the number/target ranges"
                 )
             numbers, target, solution = puzzle
