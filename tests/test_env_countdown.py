@@ -212,7 +212,7 @@ def test_two_number_operator_task_asks_for_one_operator():
         a, b = task.data["numbers"]
         assert env.start(task).step(f"answer: {a} {'+-*/'[i % 4]} {b}").info["success"], task.data
     with pytest.raises(ConfigError, match="could not draw 128 distinct val puzzles; widen the number/target ranges"):
-        env.tasks("val", 128, 0)  # two numbers up to 20, targets up to 60: too few distinct `a / b` puzzles
+        env.tasks("val", 128, 0)  # two numbers up to 20, targets up to 60: too few distinct `a * b` and `a / b` puzzles
 
 
 def test_balanced_splits_are_disjoint():

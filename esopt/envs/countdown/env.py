@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from esopt.confutil import Config, ConfigError, is_int, is_number, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.splits import hash_split, short_hash, stable_int
-from esopt.envs.countdown.operators import OPERATORS, left_nested, left_nested_value
+from esopt.envs.countdown.operators import LETTERS, OPERATORS, left_nested, left_nested_value
 from esopt.envs.countdown.scoring import bare_expression, score_expression
 from esopt.envs.tools.actions import ANSWER, INVALID, TOOL, Action, parse_action, truncate
 from esopt.envs.tools.calculator import calculate
@@ -194,7 +194,7 @@ class CountdownEnv(Env):
             count = c.max_numbers
             lines[-2:] = [
                 "Keep the numbers in the given order and choose the operators: answer: "
-                + left_nested(list("abcdefghijkl"[:count]), ["op"] * (count - 1)),
+                + left_nested(list(LETTERS[:count]), ["op"] * (count - 1)),
                 "Example: answer: " + left_nested([25, 5, 4, *range(2, 11)][:count], "-*+" * 4),
             ]
         return "\n".join(lines)
@@ -306,7 +306,7 @@ class CountdownEnv(Env):
                 for fill in (flat, nested):
                     hits = solved(fill)
                     if hits > best[1]:
-                        best = ("always " + fill(list("abcde"[: longest]), None), hits)
+                        best = ("always " + fill(list(LETTERS[:longest]), None), hits)
         return best[0], best[1] / len(tasks)
 
     def oracle(self, task: Task):
@@ -335,7 +335,7 @@ class CountdownEpisode(Episode):
 
     def _form(self, answer: str) -> str:
         """`answer` with the numbers replaced by a, b, c, ... when it is an operators-grammar reply, else itself."""
-        letters = list("abcdefghijkl"[: len(self.numbers)])
+        letters = list(LETTERS[: len(self.numbers)])
         for ops in itertools.product(OPERATORS, repeat=len(self.numbers) - 1):
             if answer.strip() == left_nested(self.numbers, ops):
                 return left_nested(letters, ops)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 OPERATORS = "+-*/"
+LETTERS = "abcdefghijkl"  # the numbers' names in templates such as `(a / b) * c` (countdown allows up to 12)
 
 
 def left_nested(numbers: list[int], ops) -> str:
