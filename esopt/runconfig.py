@@ -22,6 +22,7 @@ from typing import Any, Callable, ClassVar
 import yaml
 
 from esopt.confutil import Config, ConfigError, is_int, leaf_fields, load_yaml, opt, set_path, to_dict
+from esopt.machine import write_record as write_machine_record
 
 
 @dataclass
@@ -63,12 +64,14 @@ class RunConfig(Config):
         return Path(self.runs_dir) / name
 
     def create_run_dir(self) -> Path:
-        """A new run directory holding this config as config.yaml; ConfigError if it already holds a run."""
+        """A new run directory holding this config as config.yaml and the machine record (esopt.machine);
+        ConfigError if it already holds a run."""
         run_dir = self.run_dir()
         if (run_dir / self.run_marker).exists():
             raise ConfigError(f"run directory {run_dir} already holds a run; {self.existing_run_hint(run_dir)}")
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(self.to_yaml())
+        write_machine_record(run_dir)
         return run_dir
 
     def to_yaml(self) -> str:

@@ -23,7 +23,7 @@ def test_run_directory_contents(tmp_path, make_tiny_policy, tiny_train_config):
     base = {n: t.clone() for n, t in policy.master_weights().items()}
     summary = ESTrainer.start(config, policy=policy, console=_quiet()).run()
     run = tmp_path / "full"
-    for name in ("config.yaml", "history.jsonl", "metrics.jsonl", "report.md", "reward_curve.png"):
+    for name in ("config.yaml", "machine.json", "history.jsonl", "metrics.jsonl", "report.md", "reward_curve.png"):
         assert (run / name).exists(), name
     history = read_history(run / "history.jsonl")
     assert [u.step for u in history] == [0, 1, 2, 3]
@@ -45,6 +45,23 @@ def test_run_directory_contents(tmp_path, make_tiny_policy, tiny_train_config):
     assert summary["before"].keys() == summary["after"].keys()
     assert (run / "trajectories" / "eval_step00000.jsonl").exists()
     assert "Held-out evaluation" in (run / "report.md").read_text()
+    assert f"torch {torch.__version__}" in (run / "report.md").read_text()  # the machine it computed on
+
+
+def test_resume_on_another_cpu_kernel_warns(tmp_path, make_tiny_policy, tiny_train_config):
+    config = tiny_train_config(tmp_path, "moved")
+    ESTrainer.start(config, policy=make_tiny_policy(), console=_quiet())
+    record_path = tmp_path / "moved" / "machine.json"
+    recorded = json.loads(record_path.read_text())
+    console = Console(record=True, width=400)
+    ESTrainer.resume(tmp_path / "moved", policy=make_tiny_policy(), console=console)
+    assert "warning" not in console.export_text()  # same machine: silent
+
+    record_path.write_text(json.dumps({**recorded, "cpu_bf16_kernel": "an-older-kernel"}))
+    console = Console(record=True, width=400)
+    ESTrainer.resume(tmp_path / "moved", policy=make_tiny_policy(), console=console)
+    text = console.export_text()
+    assert "warning" in text and f"cpu_bf16_kernel: an-older-kernel -> {recorded['cpu_bf16_kernel']}" in text
 
 
 @pytest.mark.parametrize("checkpoint_every", [0, 1])

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from esopt.baselines.config import PGConfig
 from esopt.train.report import (
-    eval_section, forgetting_section, held_out_label, heldout_comparison, plot_reward_curve, summarize, time_section,
+    eval_section, forgetting_section, held_out_label, heldout_comparison, machine_section, plot_reward_curve, summarize,
+    time_section,
 )
 
 PG_TIME_KEYS = ("generate_s", "env_s", "score_s", "update_s")
@@ -67,6 +68,7 @@ def write_pg_report(
     if plot:
         lines += ["## Reward curve", "", f"![reward curve]({plot})", ""]
     lines += [f"Final weights fingerprint: `{fingerprint}`", ""]
+    lines += machine_section(Path(run_dir))
     (Path(run_dir) / "report.md").write_text("\n".join(lines))
     summary["report"] = str(Path(run_dir) / "report.md")
     return summary

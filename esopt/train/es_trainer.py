@@ -20,6 +20,7 @@ from esopt.population import Evaluator, LocalEvaluator
 from esopt.population.async_es import AsyncES
 from esopt.population.replica import model_policy
 from esopt.envs import make_env
+from esopt.machine import changes_since
 from esopt.es import HistoryWriter, derive_seed, make_strategy, read_history
 from esopt.policy import load_policy
 from esopt.policy.base import Policy
@@ -137,7 +138,14 @@ class ESTrainer:
             raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
         config = load_config(run_dir / "config.yaml")
         read_run_history(run_dir)  # a damaged history fails here, before the model is loaded
-        return cls(config, run_dir, policy or load_policy(engine_model_config(config)), console, policy_factory)
+        trainer = cls(config, run_dir, policy or load_policy(engine_model_config(config)), console, policy_factory)
+        changed = changes_since(run_dir)
+        if changed:
+            trainer.console.print(
+                f"[yellow]warning[/yellow]: resuming on another machine or library version ({'; '.join(changed)}): "
+                "the steps from here can differ from an uninterrupted run's (the weights so far are exact)"
+            )
+        return trainer
 
     def _make_evaluator(self) -> Evaluator:
         """LocalEvaluator (dist.workers 0) or RayEvaluator, whose workers reach the policy's current

@@ -10,6 +10,7 @@ from statistics import mean, median
 from esopt.envs.base import shown_answer
 from esopt.envs.metrics import paired_difference, wilson_interval
 from esopt.es import read_history
+from esopt.machine import describe as describe_machine, read_record as read_machine_record
 from esopt.train.diagnostics import diagnostics_line, tie_summary
 
 EVAL_KEYS = ("success", "mean_reward", "mean_turns", "invalid_rate")
@@ -261,6 +262,12 @@ def forgetting_section(metrics: list[dict], trained_env: str, tasks: int) -> lis
     return lines
 
 
+def machine_section(run_dir: Path) -> list[str]:
+    """The machine the run computed on (esopt.machine): another CPU kernel or library version retrains differently."""
+    record = read_machine_record(run_dir)
+    return [f"Machine: {describe_machine(record)}.", ""] if record else []
+
+
 def write_report(
     run_dir: Path, config, metrics: list[dict], fingerprint: str, env=None, eval_tasks=None, update_magnitudes: dict | None = None
 ) -> dict:
@@ -299,6 +306,7 @@ def write_report(
     if plot:
         lines += ["## Reward curve", "", f"![reward curve]({plot})", ""]
     lines += [f"Final weights fingerprint: `{fingerprint}`", ""]
+    lines += machine_section(run_dir)
     (run_dir / "report.md").write_text("\n".join(lines))
     summary["report"] = str(run_dir / "report.md")
     summary["plot"] = str(run_dir / plot) if plot else None
