@@ -31,44 +31,31 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _cpu_flags() -> set[str]:
+def _cpuinfo_field(name: str) -> str | None:
+    """The first `name : value` line of /proc/cpuinfo (None off Linux)."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == name), None)
 
 
 def machine_record() -> dict:
     """The versions and kernel path this process computes with."""
     import torch
 
-    flags = _cpu_flags()
-    record = {
+    flags = set((_cpuinfo_field("flags") or "").split())
+    return {
         "esopt": _version("esopt"),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": _version("transformers"),
         "tokenizers": _version("tokenizers"),
-        "cpu": _cpu_model(),
+        "cpu": _cpuinfo_field("model name") or platform.processor() or platform.machine(),
         "cpu_bf16_kernel": next((flag for flag in BF16_KERNEL_FLAGS if flag in flags), "unknown"),
         "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
-    return record
 
 
 def write_record(run_dir: Path) -> None:
@@ -93,7 +80,7 @@ def changes_since(run_dir: Path) -> list[str]:
 
 
 def describe(record: dict) -> str:
-    """One line for a report, e.g. 'torch 2.13.0+cpu, transformers 5.24.0, CPU bf16 kernel amx_bf16 (...)'."""
+    """One line for a report: 'esopt 0.1.0, torch 2.13.0+cpu, transformers 5.24.0, CPU <model>, bf16 kernel amx_bf16'."""
     kernel = record.get("cpu_bf16_kernel")
     if record.get("onednn_max_cpu_isa"):
         kernel = f"{kernel}, capped at ONEDNN_MAX_CPU_ISA={record['onednn_max_cpu_isa']}"
