@@ -2,7 +2,8 @@
 do its arithmetic.
 
 A bf16 forward pass is deterministic on one machine, but oneDNN picks its matmul kernel by what the CPU
-offers (AMX tiles, AVX512-BF16, plain AVX512 or AVX2), and each rounds differently. Greedy decisions near
+offers (AMX tiles, AVX512-BF16, plain AVX512 or AVX2), and each rounds differently; on an AMX CPU so does
+the number of threads a matmul is split over (`model.threads`, by default the CPU's cores). Greedy decisions near
 a tie then flip, and an ES run, whose fitness values steer every later step, follows another path: on a
 machine with another kernel, `esopt train` with the same config and seed is a different run, like
 another seed. (The ES history is numerics-free: `esopt replay` rebuilds the same weights anywhere.)
@@ -53,6 +54,7 @@ def machine_record() -> dict:
         "tokenizers": _version("tokenizers"),
         "cpu": _cpuinfo_field("model name") or platform.processor() or platform.machine(),
         "cpu_bf16_kernel": next((flag for flag in BF16_KERNEL_FLAGS if flag in flags), "unknown"),
+        "cpu_cores": os.cpu_count(),
         "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
@@ -80,11 +82,13 @@ def changes_since(run_dir: Path) -> list[str]:
 
 
 def describe(record: dict) -> str:
-    """One line for a report: 'esopt 0.1.0, torch 2.13.0+cpu, transformers 5.24.0, CPU <model>, bf16 kernel amx_bf16'."""
+    """One line for a report: 'esopt 0.1.0, torch 2.13.0+cpu, transformers 5.24.0, CPU <model>, 2 cores, bf16 kernel
+    amx_bf16'."""
     kernel = record.get("cpu_bf16_kernel")
     if record.get("onednn_max_cpu_isa"):
         kernel = f"{kernel}, capped at ONEDNN_MAX_CPU_ISA={record['onednn_max_cpu_isa']}"
-    where = f"GPU {record['cuda']}" if record.get("cuda") else f"CPU {record.get('cpu')}, bf16 kernel {kernel}"
+    cores = f"{record['cpu_cores']} cores, " if record.get("cpu_cores") else ""
+    where = f"GPU {record['cuda']}" if record.get("cuda") else f"CPU {record.get('cpu')}, {cores}bf16 kernel {kernel}"
     return f"esopt {record.get('esopt')}, torch {record.get('torch')}, transformers {record.get('transformers')}, {where}"
 
 
