@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The learning benchmark's Sudoku H*=1 setting (settings chosen on val), evaluated on the eval split before and after,
-# at half its population: a G=16 step takes ~13 s on an AMX CPU, and on one without about twice G=8's 13.8 s there,
+# at half its population: a G=16 step takes ~13 s on an AMX CPU, and on one without (estimated) about twice G=8's 13.8 s there,
 # which would take the demo past 15 minutes.
 demo: setup
 	$(VENV)/bin/esopt train --config learn_sudoku_h1 --eval_split eval --es.population 8
