@@ -233,3 +233,25 @@ def test_evaluation_refuses_expected_reward_scoring():
     scored = RolloutConfig(expected_reward=True, sampling=SamplingConfig(temperature=0.7))
     with pytest.raises(ConfigError, match="real episodes"):
         evaluate(None, env, env.tasks("val", 2, 0), scored, samples=4)
+
+
+def test_learning_benchmark_compares_es_with_grpo_task_by_task():
+    """The head-to-head rows: ES minus GRPO of the same seed on the same tasks, and their mean over seeds
+    (hand-computed: seed 0 +1/4, seed 1 -2/4, mean -1/8); a seed whose GRPO run is missing is left out."""
+    from benchmarks.learning import head_to_head
+
+    def model(successes):
+        return {"greedy": {"per_task_success": successes}}
+
+    results = {
+        "base": model([0.0, 0.0, 0.0, 0.0]),
+        "ES seed 0": model([1.0, 1.0, 0.0, 0.0]),
+        "GRPO seed 0": model([1.0, 0.0, 0.0, 0.0]),
+        "ES seed 1": model([0.0, 0.0, 0.0, 0.0]),
+        "GRPO seed 1": model([1.0, 1.0, 0.0, 0.0]),
+        "ES seed 2": model([1.0, 1.0, 1.0, 1.0]),
+    }
+    rows = [line for line in head_to_head(results, samples=False) if line.startswith("| ") and "seeds" not in line[:8]]
+    assert [row.split(" | ")[0] for row in rows] == ["| seed 0", "| seed 1", "| mean of 2 (tasks resampled, seeds fixed)"]
+    assert [row.split(" | ")[1].split()[0] for row in rows] == ["+0.250", "-0.500", "-0.125"]
+    assert head_to_head({"base": model([0.0])}, samples=False) == []
