@@ -41,7 +41,8 @@ bench: setup
 
 # Held-out gains of ES and GRPO over 3 training seeds per env: by default sudoku-h1 and sudoku-h3, whose runs
 # continue sudoku-h1's (77 min measured on 2 idle cores at G=8; 90.5 min at G=16 on an AMX CPU, 59 of them
-# sudoku-h1; without AMX sudoku-h1 alone took 98 min for two seeds at G=16); LEARN_ENVS=countdown-n2 for two-number Countdown (62 min at G=16 on an AMX CPU);
+# sudoku-h1; without AMX sudoku-h1 alone took 98 min for two seeds at G=16); LEARN_ENVS=countdown-n2 for
+# two-number Countdown (62 min at G=16 on an AMX CPU);
 # LEARN_ENVS=countdown for three numbers (about 97 min for two seeds, so about two hours for three): all of
 # them do not fit 90 minutes here; QUICK=1: sudoku-h1, one seed, 20 ES steps of G=8 (12.5 min measured;
 # 14 min on a slower CPU without AMX; 7 min on an AMX CPU).

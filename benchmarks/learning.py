@@ -218,10 +218,10 @@ def head_to_head(results: dict, samples: bool) -> list[str]:
     """ES minus GRPO (same seed, same training seconds) on the same eval tasks, per seed and averaged over the
     seeds. The average's interval resamples tasks with the seeds held fixed: it says how sure the difference
     is on these training seeds, not how it would vary over others (the per-seed rows show that)."""
-    seeds = [label.removeprefix("ES ") for label in results if label.startswith("ES ") and f"GRPO {label[3:]}" in results]
+    seeds = [label[3:] for label in results if label.startswith("ES ") and f"GRPO {label[3:]}" in results]
     if not seeds:
         return []
-    decoders = [("greedy", "success_mean@1")] + ([("mean@4", "success_mean@4")] if samples else [])
+    decoders = ["greedy", "mean@4"] if samples else ["greedy"]
 
     def seed_mean(method: str, decoder: str) -> list[float]:
         per_seed = [results[f"{method} {seed}"][decoder]["per_task_success"] for seed in seeds]
@@ -230,14 +230,14 @@ def head_to_head(results: dict, samples: bool) -> list[str]:
     lines = [
         "ES minus GRPO at equal training seconds, paired on the same tasks (> 0: ES ahead):",
         "",
-        "| seeds | " + " | ".join(f"{d}: ES - GRPO [95% CI]" for d, _ in decoders) + " |",
+        "| seeds | " + " | ".join(f"{d}: ES - GRPO [95% CI]" for d in decoders) + " |",
         "|---|" + "---|" * len(decoders),
     ]
     for seed in seeds:
-        cells = [gain(results[f"ES {seed}"][d], results[f"GRPO {seed}"][d]) for d, _ in decoders]
+        cells = [gain(results[f"ES {seed}"][d], results[f"GRPO {seed}"][d]) for d in decoders]
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     if len(seeds) > 1:
-        cells = [gain({"per_task_success": seed_mean("ES", d)}, {"per_task_success": seed_mean("GRPO", d)}) for d, _ in decoders]
+        cells = [gain({"per_task_success": seed_mean("ES", d)}, {"per_task_success": seed_mean("GRPO", d)}) for d in decoders]
         lines.append(f"| mean of {len(seeds)} (tasks resampled, seeds fixed) | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
