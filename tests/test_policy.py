@@ -181,6 +181,51 @@ def test_reply_logprobs_equal_teacher_forced_log_likelihoods(make_tiny_policy, p
     assert len({round(v, 3) for v in got[0]}) == 4
 
 
+def _teacher_forced(policy, chat, reply):
+    tok = policy.tokenizer
+    prompt = tok(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
+    reply_ids = tok(reply, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([prompt + reply_ids])).logits[0, len(prompt) - 1 : -1].float()
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(reply_ids)[:, None]).sum().item()
+
+
+def test_members_of_the_last_blocks_share_one_run_of_the_blocks_below_and_score_as_a_full_forward(make_tiny_policy):
+    from esopt.es import Scope
+
+    policy = make_tiny_policy()
+    lower_runs = []
+    policy.model.get_decoder().layers[0].register_forward_hook(lambda *_: lower_runs.append(1))
+    chats = [[{"role": "system", "content": "Play."}, {"role": "user", "content": "Board " + "x " * i}] for i in (1, 3)]
+    replies = [["set 1 1 1", "set 1 1 2", "set 2 3 4"], ["answer: 12", "no"]]
+
+    def score(member):
+        """(log-probs, their teacher-forced values, how many forwards of block 0 the log-probs took)"""
+        with policy.perturbed(member):
+            before = len(lower_runs)
+            got = policy.reply_logprobs(chats, replies)
+            runs = len(lower_runs) - before
+            expected = [[_teacher_forced(policy, chat, reply) for reply in candidates] for chat, candidates in zip(chats, replies)]
+        return got, expected, runs
+
+    upper = [Member(index=i, seed=500 + i, sigma=0.5, scope=Scope("last:1")) for i in range(2)]
+    scored = [score(member) for member in upper]
+    assert [runs for *_, runs in scored] == [2, 0]  # block 0 ran for the first member only (prefix, rest)
+    for got, expected, _ in scored:
+        assert got == [pytest.approx(row, abs=1e-4) for row in expected]
+    assert abs(scored[0][0][0][0] - scored[1][0][0][0]) > 1e-3  # the members differ
+
+    # an update of every weight changes block 0: its cached states must not serve the next member
+    pair = [Member(index=0, seed=9, sigma=0.5), Member(index=1, seed=9, sigma=0.5, sign=-1)]
+    policy.apply(make_strategy(ESConfig(population=2, alpha=1.0), total_steps=1, run_seed=0).tell(0, pair, [1.0, 0.0]))
+    got, expected, runs = score(upper[1])
+    assert runs == 2 and got == [pytest.approx(row, abs=1e-4) for row in expected]
+
+    # a member that perturbs block 0 itself scores through the whole model
+    got, expected, runs = score(Member(index=0, seed=7, sigma=0.5))
+    assert got == [pytest.approx(row, abs=1e-4) for row in expected]
+
+
 def test_generating_holds_no_master_copy_and_the_first_weight_change_starts_from_the_loaded_weights(make_tiny_policy):
     policy = make_tiny_policy(dtype=torch.bfloat16)
     loaded = _snapshot(policy)

@@ -17,7 +17,7 @@ import torch
 
 from esopt.confutil import ConfigError
 
-__all__ = ["SCOPES", "Scope"]
+__all__ = ["SCOPES", "Scope", "block_index"]
 
 SCOPES = {
     "all": "every tensor",
@@ -34,7 +34,8 @@ _ATTENTION = re.compile(r"\.(?:self_)?(?:attn|attention)\.")
 _MLP = re.compile(r"\.(?:mlp|feed_forward|ffn)\.")
 
 
-def _block(name: str) -> int | None:
+def block_index(name: str) -> int | None:
+    """The transformer block a tensor belongs to (`model.layers.3.mlp...` -> 3); None outside the blocks."""
     match = _BLOCK.search(name)
     return int(match.group(1)) if match else None
 
@@ -67,14 +68,14 @@ class Scope:
         """ConfigError unless the scope fits this model (it selects something; last:K has K blocks)."""
         self.select(tensors)
         if self.spec.startswith("last:"):
-            blocks = {_block(name) for name in tensors} - {None}
+            blocks = {block_index(name) for name in tensors} - {None}
             if int(self.spec[5:]) > len(blocks):
                 raise ConfigError(f"es.scope {self.spec}: the model has only {len(blocks)} transformer blocks")
 
 
 @functools.lru_cache(maxsize=16)
 def _select(spec: str, names: tuple[str, ...], dims: tuple[int, ...]) -> tuple[str, ...]:
-    blocks = [_block(name) for name in names]
+    blocks = [block_index(name) for name in names]
     if spec == "all-but-embeddings":
         keep = [not _EMBEDDING.search(name) for name in names]
     elif spec.startswith("last:"):

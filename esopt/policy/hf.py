@@ -33,8 +33,10 @@ from esopt.es import (
     tensors_moved,
 )
 from esopt.es.parallel import for_each_tensor
+from esopt.es.scope import block_index
 from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master, weights_fingerprint, write_optimizer_state
 from esopt.policy.config import DTYPES, ModelConfig, resolve_device
+from esopt.policy.frozen_blocks import FrozenStates, frozen_states, upper_logits
 from esopt.policy.lowrank_hooks import (
     PopulationFactors,
     bind_hook,
@@ -71,6 +73,10 @@ class HFPolicy(Policy):
         """Per row of the current generate batch: its member's coefficients on the population's factor columns."""
         self._row_coef: torch.Tensor | None = None
         """The coefficients the hooks apply to the rows of the next forward (a selection of _batch_coef's rows)."""
+        self._moved: list[str] = []
+        """The tensors the member inside `perturbed` has changed (the model holds the master elsewhere)."""
+        self._frozen: dict[tuple, FrozenStates] = {}
+        """Hidden states of scoring rows below the perturbed blocks, valid until the master changes."""
 
     @classmethod
     def load(cls, config: ModelConfig) -> "HFPolicy":
@@ -99,6 +105,7 @@ class HFPolicy(Policy):
         return self._master
 
     def load_master_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self._frozen.clear()
         copy_into_master(self._master, weights)
         self._sync_model_to_master()
 
@@ -119,12 +126,15 @@ class HFPolicy(Policy):
                 perturb_tensor(name, self._master[name], member, out=self._params[name].data)
 
         try:
+            self._moved = names
             for_each_tensor(perturb_one, names)
             yield
         finally:
+            self._moved = []
             self._sync_model_to_master(names)
 
     def apply(self, update: Update) -> None:
+        self._frozen.clear()
         apply_update(self._master, update, self.optimizer_state)
         self._sync_model_to_master(tensors_moved(update, self._master))
 
@@ -325,26 +335,53 @@ class HFPolicy(Policy):
                 targets[-1].append((index[key], reply_ids))
         logprobs: dict[tuple[int, tuple], float] = {}
         size = self.max_batch_size or len(rows)
+        first = self._frozen_below() if members is None else None
         for start in range(0, len(rows), size):
             chunk = range(start, min(start + size, len(rows)))
             wanted = [(r, ids) for per_chat in targets for r, ids in per_chat if r in chunk]
             keep = max(len(ids) for _, ids in wanted)
-            scope = contextlib.nullcontext() if members is None else self._member_rows([row_members[r] for r in chunk])
-            with scope:
-                batch = shared_prefill(
-                    self.model, [rows[r] for r in chunk], [row_members[r] for r in chunk],
-                    self.tokenizer.pad_token_id, self._run_rows_as, keep=keep,
-                )
-                logits = self.model(
-                    input_ids=batch.input_ids[:, -keep:], attention_mask=batch.attention_mask,
-                    position_ids=batch.positions[:, -keep:], **{cache_keyword(self.model): batch.cache},
-                ).logits
+            if first is not None:
+                logits = upper_logits(self.model, self._frozen_states([rows[r] for r in chunk], first, keep), keep)
+            else:
+                scope = contextlib.nullcontext() if members is None else self._member_rows([row_members[r] for r in chunk])
+                with scope:
+                    batch = shared_prefill(
+                        self.model, [rows[r] for r in chunk], [row_members[r] for r in chunk],
+                        self.tokenizer.pad_token_id, self._run_rows_as, keep=keep,
+                    )
+                    logits = self.model(
+                        input_ids=batch.input_ids[:, -keep:], attention_mask=batch.attention_mask,
+                        position_ids=batch.positions[:, -keep:], **{cache_keyword(self.model): batch.cache},
+                    ).logits
             log_softmax = torch.log_softmax(logits.float(), dim=-1)
             for r, ids in wanted:
                 # the reply's j-th token is predicted at column -len(ids) + j of its row (the last prompt token first)
                 rows_logp = log_softmax[r - start, keep - len(ids) :]
                 logprobs[(r, tuple(ids))] = rows_logp.gather(1, torch.tensor(ids, device=rows_logp.device)[:, None]).sum().item()
         return [[logprobs[(r, tuple(ids))] for r, ids in per_chat] for per_chat in targets]
+
+    def _frozen_below(self) -> int | None:
+        """The first block the current member perturbs, when it perturbs nothing below it (es.scope last:K on a
+        decoder of `layers` and a final `norm`): the blocks under it hold the master's weights. Else None."""
+        if not self._moved:
+            return None
+        decoder = self.model.get_decoder()
+        if not isinstance(getattr(decoder, "layers", None), torch.nn.ModuleList) or not hasattr(decoder, "norm"):
+            return None
+        blocks = [block_index(name) for name in self._moved]
+        if None in blocks or min(blocks) == 0:
+            return None
+        return min(blocks)
+
+    def _frozen_states(self, rows: list[list[int]], first: int, keep: int) -> FrozenStates:
+        """The hidden states entering block `first` for `rows`, computed once per set of rows (an ES step's
+        members score the same rows) until the master changes."""
+        key = (first, keep, tuple(map(tuple, rows)))
+        if key not in self._frozen:
+            if len(self._frozen) >= 8:  # rows of past steps: their tasks do not come back
+                self._frozen.clear()
+            self._frozen[key] = frozen_states(self.model, rows, self.tokenizer.pad_token_id, first, keep)
+        return self._frozen[key]
 
     def _generate_batch(self, chats, sampling, regexes, seed, members=None) -> tuple[list[str], list[list[int]]]:
         from transformers import LogitsProcessorList, StoppingCriteriaList

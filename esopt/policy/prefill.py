@@ -50,6 +50,21 @@ def common_prefix_length(rows: Sequence[Sequence[int]], keep: int = 1) -> int:
     return n
 
 
+def prefix_layout(rows: Sequence[Sequence[int]], prefix: int, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, attention mask, position ids) of `rows` laid out as `common prefix | padding | rest of the row`,
+    the first `prefix` tokens being every row's; positions skip the padding, as generate computes them."""
+    width = max(len(row) for row in rows) - prefix
+    ids = torch.full((len(rows), prefix + width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, row in enumerate(rows):
+        ids[r, :prefix] = torch.tensor(row[:prefix])
+        ids[r, prefix + width - (len(row) - prefix) :] = torch.tensor(row[prefix:])
+        mask[r, :prefix] = 1
+        mask[r, prefix + width - (len(row) - prefix) :] = 1
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    return ids.to(device), mask.to(device), positions.to(device)
+
+
 def shared_prefill(
     model,
     rows: Sequence[Sequence[int]],
@@ -67,16 +82,8 @@ def shared_prefill(
 
     device = model.device
     prefix = common_prefix_length(rows, keep)
-    width = max(len(row) for row in rows) - prefix
-    ids = torch.full((len(rows), prefix + width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for r, row in enumerate(rows):
-        ids[r, :prefix] = torch.tensor(row[:prefix])
-        ids[r, prefix + width - (len(row) - prefix) :] = torch.tensor(row[prefix:])
-        mask[r, :prefix] = 1
-        mask[r, prefix + width - (len(row) - prefix) :] = 1
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as generate computes them
-    ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
+    ids, mask, positions = prefix_layout(rows, prefix, pad_id, device)
+    width = ids.shape[1] - prefix
 
     # Rows of one group and length whose tokens agree up to their last `keep` have the same cached columns
     # (same ids, padding and positions), e.g. one prompt scored with several replies: one piece serves them all.
