@@ -242,6 +242,22 @@ def head_to_head(results: dict, samples: bool) -> list[str]:
     return [*lines, ""]
 
 
+def with_baseline_grpo(results: dict, curves: dict, earlier: dict, seeds: list[int], source: str) -> tuple[dict, dict]:
+    """results and curves with the GRPO rows of an earlier benchmark of the env inserted after each ES row;
+    SystemExit unless that benchmark's base model solved exactly the same tasks (same tasks, same numerics)."""
+    if earlier["results"]["base"]["greedy"]["per_task_success"] != results["base"]["greedy"]["per_task_success"]:
+        raise SystemExit(f"--grpo-from {source}: its base model's per-task eval results differ from this run's "
+                         "(another machine kind or other eval tasks), so its GRPO rows are not comparable")
+    merged, merged_curves = {}, dict(curves)
+    for label, result in results.items():
+        merged[label] = result
+        if label.startswith("ES seed ") and int(label[8:]) in seeds:
+            grpo = f"GRPO {label[3:]}"
+            merged[grpo] = earlier["results"][grpo]
+            merged_curves[grpo] = earlier["curves"][grpo]
+    return merged, merged_curves
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help=f"sudoku-h1 only, seed 0, {QUICK_STEPS} ES steps of G={QUICK_POPULATION}, 128 eval tasks, greedy only")
@@ -249,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2", help="training seeds")
     parser.add_argument("--eval-tasks", type=int, default=200, help="eval-split tasks per model")
     parser.add_argument("--out", default=None, help="output directory (default bench_results, bench_results/quick with --quick)")
+    parser.add_argument(
+        "--grpo-from", default=None, metavar="LEARNING_JSON",
+        help="take GRPO's rows (curves and per-task eval results) from an earlier benchmark's learning.json instead "
+        "of training GRPO: for ES-only changes measured against a fixed baseline. Meaningful only on the machine kind "
+        "and eval tasks that file was made with (its base row must equal this run's, which is checked); GRPO's "
+        "seconds are then its own, not this ES's",
+    )
     args = parser.parse_args(argv)
     envs = ["sudoku-h1"] if args.quick else [e for e in args.envs.split(",") if e]
     seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",")]
@@ -257,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [e for e in envs if e not in ENVS]
     if unknown:
         raise SystemExit(f"unknown env(s) {', '.join(unknown)}; choose from {', '.join(ENVS)}")
+    baseline = json.loads(Path(args.grpo_from).read_text()) if args.grpo_from else None
+    missing = [f"{e} seed {seed}" for e in envs for seed in seeds if baseline is not None and f"GRPO seed {seed}" not in baseline.get(e, {}).get("results", {})]
+    if missing:
+        raise SystemExit(f"--grpo-from {args.grpo_from} has no GRPO run for {', '.join(missing)}")
     out = ROOT / (args.out or ("bench_results/quick" if args.quick else "bench_results"))
     runs_dir = out / "learning_runs"
     out.mkdir(parents=True, exist_ok=True)
@@ -271,13 +298,19 @@ def main(argv: list[str] | None = None) -> int:
             for stage in stages(env):  # each stage starts from the same method's model of the stage before
                 start = ["--model.path", latest_checkpoint(es_runs[-1])] if es_runs else []
                 es_runs.append(train(stage, "es", seed, runs_dir, [*extra, *start]))
+                if baseline is not None:
+                    continue
                 seconds = curve(es_runs[-1])[-1]["seconds"]  # GRPO gets exactly ES's training wall-clock
                 start = ["--model.path", latest_checkpoint(grpo_runs[-1])] if grpo_runs else []
                 grpo_runs.append(train(stage, "grpo", seed, runs_dir, [*start, "--max_train_seconds", f"{seconds:.1f}"]))
-            run_dirs[f"ES seed {seed}"], run_dirs[f"GRPO seed {seed}"] = es_runs, grpo_runs
+            run_dirs[f"ES seed {seed}"] = es_runs
+            if grpo_runs:
+                run_dirs[f"GRPO seed {seed}"] = grpo_runs
         curves = {label: chained_curve(runs) for label, runs in run_dirs.items()}
         models = {"base": "default", **{label: latest_checkpoint(runs[-1]) for label, runs in run_dirs.items()}}
         results = evaluate_models(env, models, min(eval_tasks, MAX_EVAL_TASKS.get(env, eval_tasks)), samples)
+        if baseline is not None:
+            results, curves = with_baseline_grpo(results, curves, baseline[env], seeds, args.grpo_from)
         png = plot(env, curves, out)
         report += markdown(env, "`, then `".join(ENVS[stage] for stage in stages(env)), results, curves, png, samples)
         everything[env] = {
