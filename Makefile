@@ -25,8 +25,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The learning benchmark's Sudoku H*=1 setting (settings chosen on val), evaluated on the eval split before and after,
-# at half its population: a G=16 step takes ~13 s on an AMX CPU and 31 s on one without (measured; G=8 there 15.6 s),
-# which would take the demo past 15 minutes.
+# at half its population: 140 steps of G=16 (8-9 s each on a CPU without AMX) would take the demo past 15 minutes;
+# G=8 took 14 min 7 s in all there (5.5 s per step).
 demo: setup
 	$(VENV)/bin/esopt train --config learn_sudoku_h1 --eval_split eval --es.population 8
 
@@ -40,8 +40,9 @@ bench: setup
 	$(PY) -m benchmarks.bench
 
 # Held-out gains of ES and GRPO over 3 training seeds per env: by default sudoku-h1 and sudoku-h3, whose runs
-# continue sudoku-h1's (77 min measured on 2 idle cores at G=8; 90.5 min at G=16 on an AMX CPU, 59 of them
-# sudoku-h1; without AMX sudoku-h1 alone took 98 min for two seeds at G=16); LEARN_ENVS=countdown-n2 for
+# continue sudoku-h1's (sudoku-h1 at its current config, 140 steps of last:6: ~45 min per seed without AMX, ES
+# and GRPO ~21 min each, so the default runs well past 90 minutes; earlier configs: 77 min for both envs at G=8,
+# 90.5 min at G=16 on an AMX CPU); LEARN_ENVS=countdown-n2 for
 # two-number Countdown (62 min at G=16 on an AMX CPU);
 # LEARN_ENVS=countdown for three numbers (about 97 min for two seeds, so about two hours for three): all of
 # them do not fit 90 minutes here; QUICK=1: sudoku-h1, one seed, 20 ES steps of G=8 (12.5 min measured;

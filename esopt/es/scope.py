@@ -25,7 +25,7 @@ SCOPES = {
     "linear": "the 2-D weights inside the transformer blocks (no embeddings, norms or biases)",
     "attention": "the 2-D attention weights of the blocks (q/k/v/o projections)",
     "mlp": "the 2-D MLP weights of the blocks (gate/up/down projections)",
-    "last:K": "every tensor (norms and biases too) of the last K transformer blocks",
+    "last:K": "every tensor (norms and biases too) of the last K transformer blocks; when replies are scored (rollout.expected_reward) the blocks below run once per step for all members",
 }
 
 _BLOCK = re.compile(r"(?:^|\.)(?:layers|h|blocks|block|layer)\.(\d+)\.")
