@@ -243,16 +243,17 @@ def head_to_head(results: dict, samples: bool) -> list[str]:
 
 
 def with_baseline_grpo(results: dict, curves: dict, earlier: dict, seeds: list[int], source: str) -> tuple[dict, dict]:
-    """results and curves with the GRPO rows of an earlier benchmark of the env inserted after each ES row;
-    SystemExit unless that benchmark's base model solved exactly the same tasks (same tasks, same numerics)."""
+    """results and curves with the GRPO rows of an earlier benchmark of the env inserted after each ES row whose
+    seed it has (GRPO rows trained in this run stay where they are); SystemExit unless that benchmark's base model
+    solved exactly the same tasks (same tasks, same numerics)."""
     if earlier["results"]["base"]["greedy"]["per_task_success"] != results["base"]["greedy"]["per_task_success"]:
         raise SystemExit(f"--grpo-from {source}: its base model's per-task eval results differ from this run's "
                          "(another machine kind or other eval tasks), so its GRPO rows are not comparable")
     merged, merged_curves = {}, dict(curves)
     for label, result in results.items():
         merged[label] = result
-        if label.startswith("ES seed ") and int(label[8:]) in seeds:
-            grpo = f"GRPO {label[3:]}"
+        grpo = label.replace("ES", "GRPO", 1)
+        if label.startswith("ES seed ") and int(label[8:]) in seeds and grpo in earlier["results"]:
             merged[grpo] = earlier["results"][grpo]
             merged_curves[grpo] = earlier["curves"][grpo]
     return merged, merged_curves
@@ -268,9 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--grpo-from", default=None, metavar="LEARNING_JSON",
         help="take GRPO's rows (curves and per-task eval results) from an earlier benchmark's learning.json instead "
-        "of training GRPO: for ES-only changes measured against a fixed baseline. Meaningful only on the machine kind "
-        "and eval tasks that file was made with (its base row must equal this run's, which is checked); GRPO's "
-        "seconds are then its own, not this ES's",
+        "of training GRPO, for the seeds that file has (GRPO is trained for the others): for ES-only changes measured "
+        "against a fixed baseline. Meaningful only on the machine kind and eval tasks that file was made with (its "
+        "base row must equal this run's, which is checked); the reused GRPO's seconds are then its own, not this ES's",
     )
     args = parser.parse_args(argv)
     envs = ["sudoku-h1"] if args.quick else [e for e in args.envs.split(",") if e]
@@ -281,9 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown env(s) {', '.join(unknown)}; choose from {', '.join(ENVS)}")
     baseline = json.loads(Path(args.grpo_from).read_text()) if args.grpo_from else None
-    missing = [f"{e} seed {seed}" for e in envs for seed in seeds if baseline is not None and f"GRPO seed {seed}" not in baseline.get(e, {}).get("results", {})]
+    missing = [e for e in envs if baseline is not None and e not in baseline]
     if missing:
-        raise SystemExit(f"--grpo-from {args.grpo_from} has no GRPO run for {', '.join(missing)}")
+        raise SystemExit(f"--grpo-from {args.grpo_from} has no results for {', '.join(missing)}")
     out = ROOT / (args.out or ("bench_results/quick" if args.quick else "bench_results"))
     runs_dir = out / "learning_runs"
     out.mkdir(parents=True, exist_ok=True)
@@ -298,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             for stage in stages(env):  # each stage starts from the same method's model of the stage before
                 start = ["--model.path", latest_checkpoint(es_runs[-1])] if es_runs else []
                 es_runs.append(train(stage, "es", seed, runs_dir, [*extra, *start]))
-                if baseline is not None:
+                if baseline is not None and f"GRPO seed {seed}" in baseline[env]["results"]:
                     continue
                 seconds = curve(es_runs[-1])[-1]["seconds"]  # GRPO gets exactly ES's training wall-clock
                 start = ["--model.path", latest_checkpoint(grpo_runs[-1])] if grpo_runs else []

@@ -258,21 +258,24 @@ def test_learning_benchmark_compares_es_with_grpo_task_by_task():
 
 
 def test_learning_benchmark_takes_grpo_from_an_earlier_benchmark_only_on_the_same_base_results():
-    """--grpo-from: the earlier file's GRPO rows sit after each ES row of the same seed; a base model whose
-    per-task results differ (another machine kind or other tasks) makes it refuse."""
+    """--grpo-from: the earlier file's GRPO rows sit after each ES row of the same seed it has, a seed it lacks
+    keeps the GRPO row trained in this run; a base model whose per-task results differ (another machine kind or
+    other tasks) makes it refuse."""
     from benchmarks.learning import with_baseline_grpo
 
     def model(successes):
         return {"greedy": {"per_task_success": successes}}
 
-    results = {"base": model([0.0, 1.0]), "ES seed 0": model([1.0, 1.0]), "ES seed 1": model([1.0, 0.0])}
+    results = {"base": model([0.0, 1.0]), "ES seed 0": model([1.0, 1.0]), "ES seed 1": model([1.0, 0.0]),
+               "ES seed 2": model([0.0, 0.0]), "GRPO seed 2": model([0.0, 1.0])}
     earlier = {
         "results": {"base": model([0.0, 1.0]), "ES seed 0": model([0.0, 0.0]), "GRPO seed 0": model([1.0, 0.0]), "GRPO seed 1": model([0.0, 0.0])},
         "curves": {"GRPO seed 0": [{"step": 11, "seconds": 1383.0, "episodes": 1408, "success": 0.7}], "GRPO seed 1": []},
     }
-    merged, curves = with_baseline_grpo(results, {"ES seed 0": []}, earlier, [0, 1], "old.json")
-    assert list(merged) == ["base", "ES seed 0", "GRPO seed 0", "ES seed 1", "GRPO seed 1"]
+    merged, curves = with_baseline_grpo(results, {"ES seed 0": []}, earlier, [0, 1, 2], "old.json")
+    assert list(merged) == ["base", "ES seed 0", "GRPO seed 0", "ES seed 1", "GRPO seed 1", "ES seed 2", "GRPO seed 2"]
     assert merged["ES seed 0"] == model([1.0, 1.0]) and merged["GRPO seed 0"] == model([1.0, 0.0])
+    assert merged["GRPO seed 2"] == model([0.0, 1.0])
     assert curves["GRPO seed 0"][0]["seconds"] == 1383.0
     earlier["results"]["base"] = model([1.0, 1.0])
     with pytest.raises(SystemExit, match="not comparable"):
