@@ -45,8 +45,8 @@ bench: setup
 # 90.5 min at G=16 on an AMX CPU); LEARN_ENVS=countdown-n2 for
 # two-number Countdown (62 min at G=16 on an AMX CPU);
 # LEARN_ENVS=countdown for three numbers (about 97 min for two seeds, so about two hours for three): all of
-# them do not fit 90 minutes here; QUICK=1: sudoku-h1, one seed, 20 ES steps of G=8 (12.5 min measured;
-# 14 min on a slower CPU without AMX; 7 min on an AMX CPU).
+# them do not fit 90 minutes here; QUICK=1: sudoku-h1, one seed, 60 ES steps of G=8 at the config's
+# last:6 and GRPO for the same seconds (13 min 52 s measured on a CPU without AMX).
 LEARN_ENVS ?= sudoku-h1,sudoku-h3
 learn: setup
 	$(PY) -m benchmarks.learning $(if $(QUICK),--quick,--envs $(LEARN_ENVS))
