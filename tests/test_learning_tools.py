@@ -187,37 +187,22 @@ def test_ablation_pairs_each_run_with_the_reference_on_the_same_tasks(tmp_path):
     assert versus(other_tasks, reference) == "-"  # different tasks: no paired difference
 
 
-def test_learning_benchmark_counts_a_curriculum_from_its_first_stage(tmp_path):
-    """sudoku-h3's models are trained on sudoku-h1 first: its curve's updates, seconds and episodes include
-    the first stage's, and its success values are the second stage's own evaluations."""
+def test_learning_benchmark_curve_counts_training_seconds_and_episodes_up_to_each_evaluation(tmp_path):
+    """A curve row per evaluation: updates so far, training seconds so far (evaluation time not counted, as
+    GRPO's equal-seconds budget is ES's training seconds) and episodes so far (G x tasks per ES step)."""
     import json
 
     import yaml
 
-    from benchmarks.learning import chained_curve, stages
+    from benchmarks.learning import curve
 
-    def run(name: str, step_seconds: list[float], evals: dict[int, float]) -> "object":
-        directory = tmp_path / name
-        directory.mkdir()
-        (directory / "config.yaml").write_text(yaml.safe_dump({"es": {"population": 8}, "tasks_per_step": 32}))
-        records = [{"step": 0, "eval/success": evals[0]}]
-        for step, seconds in enumerate(step_seconds, start=1):
-            records.append({"step": step, "time/step_s": seconds})
-            if step in evals:
-                records.append({"step": step, "eval/success": evals[step]})
-        (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-        return directory
-
-    assert stages("sudoku-h3") == ["sudoku-h1", "sudoku-h3"] and stages("countdown") == ["countdown"]
-    first = run("h1", [10.0] * 4, {0: 0.2, 4: 0.5})
-    second = run("h3", [5.0, 7.0], {0: 0.07, 2: 0.28})
-    assert chained_curve([second]) == [
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"es": {"population": 8}, "tasks_per_step": 32}))
+    records = [{"step": 0, "eval/success": 0.07}, {"step": 1, "time/step_s": 5.0}, {"step": 2, "time/step_s": 7.0},
+               {"step": 2, "eval/success": 0.28}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert curve(tmp_path) == [
         {"step": 0, "seconds": 0.0, "episodes": 0, "success": 0.07},
         {"step": 2, "seconds": 12.0, "episodes": 512, "success": 0.28},
-    ]
-    assert chained_curve([first, second]) == [
-        {"step": 4, "seconds": 40.0, "episodes": 1024, "success": 0.07},
-        {"step": 6, "seconds": 52.0, "episodes": 1536, "success": 0.28},
     ]
 
 
