@@ -41,6 +41,13 @@ def _cpuinfo_field(name: str) -> str | None:
     return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == name), None)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AMX or AVX512-BF16). Without it oneDNN converts to fp32
+    around every matmul: on an AVX2-only EPYC a bf16 matmul measured 4.3x slower than fp32, an ES step 6x."""
+    flags = set((_cpuinfo_field("flags") or "").split())
+    return bool(flags & {"amx_bf16", "avx512_bf16"})
+
+
 def machine_record() -> dict:
     """The versions and kernel path this process computes with."""
     import torch

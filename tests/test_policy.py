@@ -354,3 +354,31 @@ def test_min_new_tokens_suppresses_early_end_of_sequence(make_tiny_policy):
         handle.remove()
     with pytest.raises(ValueError, match="min_new_tokens"):
         SamplingConfig(max_new_tokens=4, min_new_tokens=5).validate()
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [("fpu avx2 fma", "float32"), ("avx2 avx512f avx512_bf16", "bfloat16"), ("avx2 amx_bf16 amx_tile", "bfloat16")],
+)
+def test_auto_dtype_is_bf16_only_on_a_cpu_that_multiplies_it_natively(monkeypatch, flags, expected):
+    from esopt import machine
+    from esopt.policy.config import resolve_dtype
+
+    monkeypatch.setattr(machine, "_cpuinfo_field", lambda name: flags if name == "flags" else None)
+    assert resolve_dtype("auto", torch.device("cpu")) == expected
+    assert resolve_dtype("float32", torch.device("cpu")) == "float32"  # an explicit dtype is never changed
+    assert resolve_dtype("bfloat16", torch.device("cpu")) == "bfloat16"
+
+
+def test_an_auto_dtype_model_loads_in_the_resolved_dtype_and_a_bad_one_is_a_config_error(tiny_model_dir, monkeypatch):
+    from esopt import machine
+    from esopt.confutil import ConfigError
+    from esopt.policy.config import ModelConfig
+    from esopt.policy.hf import HFPolicy
+
+    for flags, dtype in (("avx2", torch.float32), ("avx512_bf16", torch.bfloat16)):
+        monkeypatch.setattr(machine, "_cpuinfo_field", lambda name, flags=flags: flags if name == "flags" else None)
+        policy = HFPolicy.load(ModelConfig(path=str(tiny_model_dir), dtype="auto", device="cpu"))
+        assert next(policy.model.parameters()).dtype == dtype
+    with pytest.raises(ConfigError, match="model.dtype must be one of"):
+        ModelConfig(dtype="fp16").validate()

