@@ -368,6 +368,10 @@ def test_auto_dtype_is_bf16_only_on_a_cpu_that_multiplies_it_natively(monkeypatc
     assert resolve_dtype("auto", torch.device("cpu")) == expected
     assert resolve_dtype("float32", torch.device("cpu")) == "float32"  # an explicit dtype is never changed
     assert resolve_dtype("bfloat16", torch.device("cpu")) == "bfloat16"
+    from esopt.policy.config import ModelConfig
+    from esopt.train.report import dtype_shown
+
+    assert dtype_shown(ModelConfig(dtype="auto", device="cpu")) == f"auto: {expected}"  # what a run's report.md says
 
 
 def test_an_auto_dtype_model_loads_in_the_resolved_dtype_and_a_bad_one_is_a_config_error(tiny_model_dir, monkeypatch):

@@ -262,6 +262,15 @@ def forgetting_section(metrics: list[dict], trained_env: str, tasks: int) -> lis
     return lines
 
 
+def dtype_shown(model) -> str:
+    """The model's dtype setting, with what `auto` resolved to on this machine."""
+    from esopt.policy.config import resolve_device, resolve_dtype
+
+    if model.dtype != "auto":
+        return model.dtype
+    return f"auto: {resolve_dtype(model.dtype, resolve_device(model.device))}"
+
+
 def machine_section(run_dir: Path) -> list[str]:
     """The machine the run computed on (esopt.machine): another CPU kernel or library version retrains differently."""
     record = read_machine_record(run_dir)
@@ -288,7 +297,7 @@ def write_report(
     lines = [
         f"# esopt run: {config.env.name} / {config.method}",
         "",
-        f"Model `{config.model.path}` ({config.model.dtype}), env `{config.env.name}` {config.env.options}, "
+        f"Model `{config.model.path}` ({dtype_shown(config.model)}), env `{config.env.name}` {config.env.options}, "
         f"G={config.es.population}, N={config.tasks_per_step} tasks/step"
         + (f" x {config.samples_per_task} samples" if config.samples_per_task > 1 else "")
         + f", {config.steps} steps, "
