@@ -194,12 +194,33 @@ def markdown(env: str, source: str, results: dict, curves: dict, png: str | None
         row += f" {answers(g)} |"
         lines.append(row)
     lines.append("")
+    lines += by_category(results)
     lines += head_to_head(results, samples)
     if png:
         lines += [f"![{env} learning curves]({png})", ""]
     elif env in MODELS_FROM:
         lines += [f"Train s, episodes and updates are the {MODELS_FROM[env]} runs'; their curves are in its section.", ""]
     return lines
+
+
+def by_category(results: dict) -> list[str]:
+    """Greedy success per task category (the env's, e.g. the task's right answer), one column each: a rate
+    that rises overall while one answer is never got right shows here."""
+    categories = sorted(key[len("success/"):] for key in results["base"]["greedy"]
+                        if key.startswith("success/") and not key.endswith(("_ci95", "_n")))
+    if not categories:
+        return []
+    base = results["base"]["greedy"]
+    lines = [
+        "Greedy success by the task's right answer (tasks that have it):",
+        "",
+        "| model | " + " | ".join(f"{c} (n = {base[f'success/{c}_n']})" for c in categories) + " |",
+        "|---|" + "---|" * len(categories),
+    ]
+    for label, result in results.items():
+        g = result["greedy"]
+        lines.append(f"| {label} | " + " | ".join(f"{g.get(f'success/{c}', float('nan')):.2f}" for c in categories) + " |")
+    return [*lines, ""]
 
 
 def head_to_head(results: dict, samples: bool) -> list[str]:

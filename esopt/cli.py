@@ -58,11 +58,12 @@ def _print_eval(console, label: str, report: dict) -> None:
     n, k = report["tasks"], report["samples"]
     console.print(f"[bold]{label}[/]  ({n} tasks x {k} sample{'s' if k > 1 else ''})")
     for key, value in report.items():
-        if key in ("per_task_success", "per_task_invalid", "answers") or key.endswith("_ci95"):
+        if key in ("per_task_success", "per_task_invalid", "answers") or key.endswith(("_ci95", "_n")):
             continue
         if key in (f"success_mean@{k}", "trivial_success", "invalid_episodes") or key.startswith(("pass@", "success/")):
             low, high = report[f"{key}_ci95"] if f"{key}_ci95" in report else wilson_interval(value * n, n)
-            console.print(f"{key:>20}: {value:.4f}  95% CI [{low:.3f}, {high:.3f}]")
+            count = f"  n = {report[f'{key}_n']}" if f"{key}_n" in report else ""
+            console.print(f"{key:>20}: {value:.4f}  95% CI [{low:.3f}, {high:.3f}]{count}")
         else:
             console.print(f"{key:>20}: {value:.4f}" if isinstance(value, float) else f"{key:>20}: {value}")
     shown = ", ".join(f"{answer or '(none)'}: {count}" for answer, count in list(report["answers"].items())[:8])

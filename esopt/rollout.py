@@ -13,6 +13,8 @@ from esopt.policy.base import Policy, SamplingConfig
 
 MAX_EXPECTED_REPLIES = 256
 """rollout.expected_reward: the most replies an episode's action grammar may admit."""
+LOG_REWARD_FLOOR = 1e-4
+"""rollout.log_expected_reward: expected rewards below this count as this (log 0 is -inf)."""
 
 
 @dataclass
@@ -30,8 +32,17 @@ class RolloutConfig(Config):
         f"For envs whose episodes end after one reply and whose grammar admits at most {MAX_EXPECTED_REPLIES} replies "
         "(sudoku with empty_cells 1, countdown's operators grammar); ES training only, evaluation plays real episodes",
     )
+    log_expected_reward: bool = opt(
+        False,
+        "with expected_reward: score each episode by the log of its expected reward (below 1e-4 counted as 1e-4), so "
+        "a member's fitness is the mean log over its tasks: raising a task's success from 1% to 2% counts as much "
+        "as from 40% to 80%, which keeps ES from trading away the tasks of one answer for the others' (the mean of "
+        "expected rewards left each Sudoku H*=1 seed one digit it never got right)",
+    )
 
     def check(self) -> None:
+        if self.log_expected_reward and not self.expected_reward:
+            raise ConfigError("rollout.log_expected_reward takes the log of the expected reward: it needs rollout.expected_reward")
         if self.history_turns < -1:
             raise ConfigError(f"rollout.history_turns must be >= -1, got {self.history_turns}")
         if self.expected_reward and not self.guided_decoding:
@@ -264,11 +275,14 @@ def expected_rollout(
                 messages=[*chat, {"role": "assistant", "content": reply}],
                 actions=[reply],
                 feedback=[result.observation],
-                rewards=[reward],
+                rewards=[math.log(max(reward, LOG_REWARD_FLOOR)) if config.log_expected_reward else reward],
                 invalid=[bool(result.info.get("invalid", False))],
                 success=won,
                 done=True,
-                final_info={**_jsonable(result.info), "success_probability": success, "replies_scored": len(replies)},
+                final_info={
+                    **_jsonable(result.info), "success_probability": success, "expected_reward": reward,
+                    "replies_scored": len(replies),
+                },
             )
         )
     env_s += time.perf_counter() - start

@@ -115,6 +115,11 @@ def flag_value(argv: list[str], flag: str) -> str | None:
     return found
 
 
+def _literal(help_text: str) -> str:
+    """Help text as argparse prints it: it %-formats help strings, so a literal % is written %%."""
+    return help_text.replace("%", "%%")
+
+
 def add_config_flags(parser: argparse.ArgumentParser, cls: type, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
     """One `--<prefix><path>` flag per leaf field of `cls` (and a dashed alias), except paths under `skip`."""
     for path, _, help_text, default in leaf_fields(cls):
@@ -122,7 +127,7 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type, prefix: str = "
             continue
         names = [f"--{prefix}{path}"] + ([f"--{prefix}{path.replace('_', '-')}"] if "_" in path else [])
         parser.add_argument(
-            *names, dest=f"cfg:{prefix}{path}", default=argparse.SUPPRESS, metavar="V", help=f"{help_text} (default: {default})"
+            *names, dest=f"cfg:{prefix}{path}", default=argparse.SUPPRESS, metavar="V", help=_literal(f"{help_text} (default: {default})")
         )
 
 
@@ -137,7 +142,7 @@ def add_env_flags(parser: argparse.ArgumentParser, env_name: str) -> None:
         return  # reported when the config is validated
     for path, _, help_text, default in leaf_fields(cls.Config):
         parser.add_argument(
-            f"--env.{path}", dest=f"env:{path}", default=argparse.SUPPRESS, metavar="V", help=f"[{env_name}] {help_text} (default: {default})"
+            f"--env.{path}", dest=f"env:{path}", default=argparse.SUPPRESS, metavar="V", help=_literal(f"[{env_name}] {help_text} (default: {default})")
         )
 
 

@@ -180,6 +180,17 @@ def test_operators_grammar_admits_the_left_nested_expressions_over_the_numbers_i
         assert any(env.start(task).step(r).info["success"] for r in replies), task.data
 
 
+def test_operators_grammar_tasks_name_their_right_answers_as_a_category():
+    """Evaluation reports success per category: with the operators grammar, the answer forms that hit the target
+    (both, when two coincide), whatever the reply; the free grammar has none."""
+    two = {**OPERATORS_GRAMMAR, "min_numbers": 2, "max_numbers": 2}
+    assert make_env("countdown", two).start(_task([6, 3], 18)).step("answer: 6 + 3").info["category"] == "answer a * b"
+    assert make_env("countdown", two).start(_task([2, 2], 4)).step("answer: 2 - 2").info["category"] == "answer a + b | a * b"
+    env = make_env("countdown", OPERATORS_GRAMMAR)
+    assert env.start(_task([11, 8, 7], 21)).step("garbage").info["category"] == "answer (a - b) * c"
+    assert "category" not in make_env("countdown").start(_task([6, 3], 18)).step("answer: 6 * 3").info
+
+
 def test_balanced_operators_give_every_operator_choice_an_equal_share():
     import itertools
 

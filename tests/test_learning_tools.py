@@ -242,6 +242,20 @@ def test_learning_benchmark_compares_es_with_grpo_task_by_task():
     assert head_to_head({"base": model([0.0])}, samples=False) == []
 
 
+def test_learning_benchmark_tables_success_by_right_answer():
+    """One column per category with the base's task count; a model never right on one answer shows 0.00 there."""
+    from benchmarks.learning import by_category
+
+    def model(plus, minus):
+        return {"greedy": {"success/answer a + b": plus, "success/answer a + b_n": 43, "success/answer a + b_ci95": (0, 1),
+                           "success/answer a - b": minus, "success/answer a - b_n": 43, "success/answer a - b_ci95": (0, 1)}}
+
+    lines = by_category({"base": model(0.1, 1.0), "ES seed 0": model(0.0, 0.8)})
+    assert lines[2] == "| model | answer a + b (n = 43) | answer a - b (n = 43) |"
+    assert lines[4:6] == ["| base | 0.10 | 1.00 |", "| ES seed 0 | 0.00 | 0.80 |"]
+    assert by_category({"base": {"greedy": {"success_mean@1": 0.5}}}) == []
+
+
 def test_learning_benchmark_takes_grpo_from_an_earlier_benchmark_only_on_the_same_base_results():
     """--grpo-from: the earlier file's GRPO rows sit after each ES row of the same seed it has, a seed it lacks
     keeps the GRPO row trained in this run; a base model whose per-task results differ (another machine kind or

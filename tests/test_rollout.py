@@ -108,6 +108,24 @@ def test_evaluate_reports_mean_and_pass_at_k():
     assert report["per_task_invalid"] == [0.5] * 4 and report["invalid_episodes"] == pytest.approx(0.5)
 
 
+def test_evaluate_reports_success_per_right_answer_over_its_own_tasks():
+    """Sudoku H*=1 tasks carry their missing digit as a category: a policy that never gets the digit 1 right
+    shows 0 there, and each category's interval is over its own tasks, not all of them."""
+    from esopt.envs.metrics import wilson_interval
+
+    env = make_env("sudoku", {"size": 4, "empty_cells": 1, "balanced_answers": True})
+    tasks = env.tasks("eval", 8, 0)
+    solve = _solver(env, tasks)
+    report = evaluate(ScriptedPolicy(lambda obs: "garbage" if solve(obs).endswith(" 1") else solve(obs)), env, tasks,
+                      RolloutConfig(), samples=2)
+    digits = [t.data["solution"][t.data["puzzle"].index(".")] if "." in t.data["puzzle"] else None for t in tasks]
+    for d in "1234":
+        n = sum(1 for x in digits if x == d)
+        assert report[f"success/answer {d}_n"] == n > 0
+        assert report[f"success/answer {d}"] == (0.0 if d == "1" else 1.0)
+        assert report[f"success/answer {d}_ci95"] == wilson_interval(0.0 if d == "1" else n, n)
+
+
 class ScoringPolicy(ScriptedPolicy):
     """Gives the reply ending in digit d the probability weights[d - 1] (whatever the chat)."""
 
@@ -138,6 +156,29 @@ def test_expected_reward_weights_every_admitted_reply_by_its_probability(tempera
         assert trajectory.success == (digit == 4)
         assert trajectory.final_info["replies_scored"] == 4
     assert result.metrics["mean_reward"] == pytest.approx(sum(t.reward for t in result.trajectories) / 6)
+
+
+def test_log_expected_reward_scores_each_episode_by_the_log_of_its_expected_reward():
+    """Hand-checked: the solution digit d has probability weights[d - 1] at temperature 1, so each episode's reward
+    is log(weights[d - 1]), and a digit of probability 0 counts as the floor, not -inf."""
+    import math
+
+    from esopt.confutil import ConfigError
+    from esopt.policy.base import SamplingConfig
+    from esopt.rollout import LOG_REWARD_FLOOR
+
+    env = make_env("sudoku", {"size": 4, "empty_cells": 1, "grammar": "legal", "balanced_answers": True})
+    tasks = env.tasks("train", 8, 0)
+    weights = [1e-12, 0.2, 0.3, 0.5 - 1e-12]
+    config = RolloutConfig(expected_reward=True, log_expected_reward=True, sampling=SamplingConfig(temperature=1.0))
+    result = rollout(ScoringPolicy(weights), env, tasks, config)
+    for task, trajectory in zip(tasks, result.trajectories):
+        digit = int(task.data["solution"][task.data["puzzle"].index(".")])
+        assert trajectory.reward == pytest.approx(math.log(max(weights[digit - 1], LOG_REWARD_FLOOR)))
+        assert trajectory.final_info["expected_reward"] == pytest.approx(weights[digit - 1])
+    assert min(t.reward for t in result.trajectories) == pytest.approx(math.log(LOG_REWARD_FLOOR))
+    with pytest.raises(ConfigError, match="log_expected_reward .* needs rollout.expected_reward"):
+        RolloutConfig(log_expected_reward=True).check()
 
 
 def test_choice_prefixes_cut_each_reply_after_its_last_choice():

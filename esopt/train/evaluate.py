@@ -82,12 +82,15 @@ def evaluate(
     report["per_task_invalid"] = [sum(any(t.invalid) for t in group) / k for group in by_task]
     report["invalid_episodes"] = sum(report["per_task_invalid"]) / len(tasks)
     report["invalid_episodes_ci95"] = wilson_interval(sum(report["per_task_invalid"]), len(tasks))
-    categories: dict[str, list[bool]] = defaultdict(list)
-    for trajectory in result.trajectories:
-        if "category" in trajectory.final_info:
-            categories[str(trajectory.final_info["category"])].append(trajectory.success)
+    # success per task category (e.g. the task's right answer), over tasks as the overall rate is
+    categories: dict[str, list[float]] = defaultdict(list)
+    for group, success in zip(by_task, per_task):
+        if "category" in group[0].final_info:
+            categories[str(group[0].final_info["category"])].append(success)
     for category, values in sorted(categories.items()):
         report[f"success/{category}"] = sum(values) / len(values)
+        report[f"success/{category}_ci95"] = wilson_interval(sum(values), len(values))
+        report[f"success/{category}_n"] = len(values)
     if out:
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -303,7 +303,8 @@ def write_report(
         + f", {config.steps} steps, "
         f"sigma {config.es.sigma:g}" + (f" -> {config.es.sigma_final:g} (cosine)" if config.es.strategy in ("agentic-esopt", "copes") else " (constant)")
         + f", alpha {config.es.alpha:g}" + (f" -> {config.es.alpha_final:g} (cosine)" if config.es.alpha_final is not None else "")
-        + (", fitness = expected reward of the sampler" if config.rollout.expected_reward else "")
+        + (f", fitness = {'mean log of the ' if config.rollout.log_expected_reward else ''}expected reward of the sampler"
+           if config.rollout.expected_reward else "")
         + f", seed {config.seed}.",
         "",
     ]

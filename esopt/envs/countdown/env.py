@@ -332,6 +332,16 @@ class CountdownEpisode(Episode):
         if c.multi_turn and c.max_tool_calls > 0:
             how += " (or calculator: <expression> to check a step)"
         self._observation = f"Numbers: {nums}\nTarget: {self.target}\n{self._values()}{env.rule}\n{how}."
+        self.category = self._right_forms() if c.answer_grammar == "operators" else None
+
+    def _right_forms(self) -> str:
+        """Which admitted answers hit the target, as letter forms (`answer a + b`, or `answer a * b | a / b`
+        when two coincide): evaluation reports success per such category, which shows an answer the policy
+        never gets right even when its overall rate rises."""
+        letters = list(LETTERS[: len(self.numbers)])
+        hits = [left_nested(letters, ops) for ops in itertools.product(OPERATORS, repeat=len(self.numbers) - 1)
+                if left_nested_value(self.numbers, ops) == self.target]
+        return "answer " + (" | ".join(hits) if hits else "(no template)")
 
     def _form(self, answer: str) -> str:
         """`answer` with the numbers replaced by a, b, c, ... when it is an operators-grammar reply, else itself."""
@@ -375,6 +385,8 @@ class CountdownEpisode(Episode):
         c = self.config
         self.turn += 1
         info: dict = {"invalid": False, "turn": self.turn}
+        if self.category is not None:
+            info["category"] = self.category
         act = parse_action(action, self.tools)
         if act.kind == INVALID:
             bare = bare_expression(action)

@@ -365,6 +365,8 @@ class SudokuEpisode(Episode):
                 reward = correct / len(self.targets) if self.targets else 0.0
             answer = " ".join(str(self.board[i]) if self.board[i] else EMPTY for i in self.targets)
             info.update(success=success, filled_correct=correct, empty_cells=len(self.targets), answer=answer)
+            if len(self.targets) == 1:  # evaluation reports success per right digit (a digit never learned shows)
+                info["category"] = f"answer {self.solution[self.targets[0]]}"
             if success:
                 feedback += " The board is solved!"
             elif full:
