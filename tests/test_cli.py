@@ -225,12 +225,14 @@ def test_eval_reads_a_training_config_as_its_held_out_evaluation(tmp_path):
     es_yaml = tmp_path / "es.yaml"
     es_yaml.write_text(
         "model: {dtype: bfloat16}\nenv: {name: sudoku, options: {empty_cells: 1, observation: marks}}\n"
-        "es: {sigma: 0.005}\nrollout: {expected_reward: true, guided_decoding: true, sampling: {temperature: 1.0}}\n"
+        "es: {sigma: 0.005}\nrollout: {expected_reward: true, log_expected_reward: true, guided_decoding: true, "
+        "sampling: {temperature: 1.0}}\n"
         "steps: 3\neval_split: val\n"
     )
     config, _ = parse_config(["--config", str(es_yaml), "--tasks", "7"], EvalConfig, "esopt eval", "", load=_eval_config)
     assert config.model.dtype == "bfloat16" and config.env.options == {"empty_cells": 1, "observation": "marks"}
     assert config.rollout.sampling.temperature == 0.0 and not config.rollout.expected_reward
+    assert not config.rollout.log_expected_reward  # scoring options of ES training, not of real episodes
     assert config.rollout.guided_decoding and config.tasks == 7 and config.split == "eval"  # eval's own defaults
 
     grpo_yaml = tmp_path / "grpo.yaml"
