@@ -206,20 +206,18 @@ def markdown(env: str, source: str, results: dict, curves: dict, png: str | None
 def by_category(results: dict) -> list[str]:
     """Greedy success per task category (the env's, e.g. the task's right answer), one column each: a rate
     that rises overall while one answer is never got right shows here."""
-    categories = sorted(key[len("success/"):] for key in results["base"]["greedy"]
-                        if key.startswith("success/") and not key.endswith(("_ci95", "_n")))
-    if not categories:
+    base = results["base"]["greedy"].get("by_category", {})
+    if not base:
         return []
-    base = results["base"]["greedy"]
     lines = [
-        "Greedy success by the task's right answer (tasks that have it):",
+        "Greedy success by task category (for Sudoku H*=1 and Countdown's operators grammar, the task's right answer):",
         "",
-        "| model | " + " | ".join(f"{c} (n = {base[f'success/{c}_n']})" for c in categories) + " |",
-        "|---|" + "---|" * len(categories),
+        "| model | " + " | ".join(f"{c} (n = {rate['n']})" for c, rate in base.items()) + " |",
+        "|---|" + "---|" * len(base),
     ]
     for label, result in results.items():
-        g = result["greedy"]
-        lines.append(f"| {label} | " + " | ".join(f"{g.get(f'success/{c}', float('nan')):.2f}" for c in categories) + " |")
+        own = result["greedy"].get("by_category", {})
+        lines.append(f"| {label} | " + " | ".join(f"{own[c]['success']:.2f}" if c in own else "-" for c in base) + " |")
     return [*lines, ""]
 
 

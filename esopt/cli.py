@@ -58,14 +58,16 @@ def _print_eval(console, label: str, report: dict) -> None:
     n, k = report["tasks"], report["samples"]
     console.print(f"[bold]{label}[/]  ({n} tasks x {k} sample{'s' if k > 1 else ''})")
     for key, value in report.items():
-        if key in ("per_task_success", "per_task_invalid", "answers") or key.endswith(("_ci95", "_n")):
+        if key in ("per_task_success", "per_task_invalid", "answers", "by_category") or key.endswith("_ci95"):
             continue
-        if key in (f"success_mean@{k}", "trivial_success", "invalid_episodes") or key.startswith(("pass@", "success/")):
+        if key in (f"success_mean@{k}", "trivial_success", "invalid_episodes") or key.startswith("pass@"):
             low, high = report[f"{key}_ci95"] if f"{key}_ci95" in report else wilson_interval(value * n, n)
-            count = f"  n = {report[f'{key}_n']}" if f"{key}_n" in report else ""
-            console.print(f"{key:>20}: {value:.4f}  95% CI [{low:.3f}, {high:.3f}]{count}")
+            console.print(f"{key:>20}: {value:.4f}  95% CI [{low:.3f}, {high:.3f}]")
         else:
             console.print(f"{key:>20}: {value:.4f}" if isinstance(value, float) else f"{key:>20}: {value}")
+    for category, rate in report.get("by_category", {}).items():
+        low, high = rate["ci95"]
+        console.print(f"{'success/' + category:>20}: {rate['success']:.4f}  95% CI [{low:.3f}, {high:.3f}]  n = {rate['n']}")
     shown = ", ".join(f"{answer or '(none)'}: {count}" for answer, count in list(report["answers"].items())[:8])
     console.print(f"{'answers':>20}: {shown}")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from esopt.confutil import Config, ConfigError, opt
 from esopt.envs.base import Env, Task
@@ -39,6 +39,11 @@ class RolloutConfig(Config):
         "as from 40% to 80%, which keeps ES from trading away the tasks of one answer for the others' (the mean of "
         "expected rewards left each Sudoku H*=1 seed one digit it never got right)",
     )
+
+    def real_episodes(self) -> "RolloutConfig":
+        """These settings with the replies played, not scored (held-out evaluation, probes): expected_reward and
+        what depends on it off."""
+        return replace(self, expected_reward=False, log_expected_reward=False)
 
     def check(self) -> None:
         if self.log_expected_reward and not self.expected_reward:

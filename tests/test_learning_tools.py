@@ -247,13 +247,13 @@ def test_learning_benchmark_tables_success_by_right_answer():
     from benchmarks.learning import by_category
 
     def model(plus, minus):
-        return {"greedy": {"success/answer a + b": plus, "success/answer a + b_n": 43, "success/answer a + b_ci95": (0, 1),
-                           "success/answer a - b": minus, "success/answer a - b_n": 43, "success/answer a - b_ci95": (0, 1)}}
+        return {"greedy": {"by_category": {"answer a + b": {"success": plus, "ci95": (0, 1), "n": 43},
+                                           "answer a - b": {"success": minus, "ci95": (0, 1), "n": 43}}}}
 
     lines = by_category({"base": model(0.1, 1.0), "ES seed 0": model(0.0, 0.8)})
     assert lines[2] == "| model | answer a + b (n = 43) | answer a - b (n = 43) |"
     assert lines[4:6] == ["| base | 0.10 | 1.00 |", "| ES seed 0 | 0.00 | 0.80 |"]
-    assert by_category({"base": {"greedy": {"success_mean@1": 0.5}}}) == []
+    assert by_category({"base": {"greedy": {"success_mean@1": 0.5, "by_category": {}}}}) == []
 
 
 def test_learning_benchmark_takes_grpo_from_an_earlier_benchmark_only_on_the_same_base_results():

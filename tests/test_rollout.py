@@ -121,9 +121,10 @@ def test_evaluate_reports_success_per_right_answer_over_its_own_tasks():
     digits = [t.data["solution"][t.data["puzzle"].index(".")] if "." in t.data["puzzle"] else None for t in tasks]
     for d in "1234":
         n = sum(1 for x in digits if x == d)
-        assert report[f"success/answer {d}_n"] == n > 0
-        assert report[f"success/answer {d}"] == (0.0 if d == "1" else 1.0)
-        assert report[f"success/answer {d}_ci95"] == wilson_interval(0.0 if d == "1" else n, n)
+        rate = report["by_category"][f"answer {d}"]
+        assert rate["n"] == n > 0
+        assert rate["success"] == (0.0 if d == "1" else 1.0)
+        assert rate["ci95"] == wilson_interval(0.0 if d == "1" else n, n)
 
 
 class ScoringPolicy(ScriptedPolicy):

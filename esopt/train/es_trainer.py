@@ -70,7 +70,7 @@ def step_work(config: TrainConfig, env, step: int) -> tuple[list, int]:
 def eval_rollout_config(config: TrainConfig) -> RolloutConfig:
     """The rollout settings of held-out evaluation: training's, decoded greedily when eval_greedy is set, and
     always played as real episodes (never scored by rollout.expected_reward)."""
-    rollout_config = dataclasses.replace(config.rollout, expected_reward=False, log_expected_reward=False)
+    rollout_config = config.rollout.real_episodes()
     if not config.eval_greedy or rollout_config.sampling.greedy:
         return rollout_config
     return dataclasses.replace(rollout_config, sampling=dataclasses.replace(rollout_config.sampling, temperature=0.0))

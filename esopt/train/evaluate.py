@@ -87,10 +87,10 @@ def evaluate(
     for group, success in zip(by_task, per_task):
         if "category" in group[0].final_info:
             categories[str(group[0].final_info["category"])].append(success)
-    for category, values in sorted(categories.items()):
-        report[f"success/{category}"] = sum(values) / len(values)
-        report[f"success/{category}_ci95"] = wilson_interval(sum(values), len(values))
-        report[f"success/{category}_n"] = len(values)
+    report["by_category"] = {
+        category: {"success": sum(values) / len(values), "ci95": wilson_interval(sum(values), len(values)), "n": len(values)}
+        for category, values in sorted(categories.items())
+    }
     if out:
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -97,8 +97,7 @@ def probe(policy, trained_env: str, rollout_config: RolloutConfig, tasks: int = 
     # Its own decoding, not the run's: a run's forced reply length (min_new_tokens) or stop strings would
     # change what the probe measures (and vLLM refuses min_new_tokens above the probe's 24).
     greedy = dataclasses.replace(
-        rollout_config, sampling=SamplingConfig(temperature=0.0, max_new_tokens=24), history_turns=-1, expected_reward=False,
-        log_expected_reward=False,
+        rollout_config.real_episodes(), sampling=SamplingConfig(temperature=0.0, max_new_tokens=24), history_turns=-1
     )
     result = rollout(policy, env, env.tasks("val", tasks, 0), greedy, seed=0)
     out["probe/other_env_success"] = result.metrics["success"]
