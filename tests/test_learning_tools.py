@@ -151,19 +151,24 @@ def test_balanced_answers_make_every_digit_the_answer_equally_often():
 def test_heldout_comparison_pairs_success_and_invalid_episodes_task_by_task(tmp_path):
     import json
 
-    from esopt.train.report import heldout_comparison
+    from esopt.train.report import category_table, heldout_comparison
 
     def write(step, rows):
         path = tmp_path / "trajectories" / f"eval_step{step:05d}.jsonl"
         path.parent.mkdir(exist_ok=True)
-        path.write_text("".join(json.dumps({"success": s, "invalid": i, "final_info": {"answer": a}}) + "\n" for s, i, a in rows))
+        path.write_text("".join(json.dumps({"success": s, "invalid": i, "final_info": {"answer": a, "category": f"answer {c}"}}) + "\n"
+                                for s, i, a, c in rows))
 
-    write(0, [(False, [True], "x"), (False, [True], "x"), (True, [False], "4"), (False, [False, True], "2")])
-    write(5, [(True, [False], "3"), (False, [True], "x"), (True, [False], "4"), (False, [False], "2")])
+    write(0, [(False, [True], "x", 3), (False, [True], "x", 1), (True, [False], "4", 4), (False, [False, True], "2", 3)])
+    write(5, [(True, [False], "3", 3), (False, [True], "x", 1), (True, [False], "4", 4), (False, [False], "2", 3)])
     h = heldout_comparison(tmp_path, 0, 5)
     assert h["gain"]["diff"] == 0.25 and h["gain"]["n"] == 4
     assert h["invalid_episodes"] == (0.75, 0.25) and h["invalid_change"]["diff"] == -0.5
     assert h["answers"]["before"][0] == ("x", 2)
+    assert h["by_category"] == {"answer 1": {"before": [0.0], "after": [0.0]}, "answer 3": {"before": [0.0, 0.0], "after": [1.0, 0.0]},
+                                "answer 4": {"before": [1.0], "after": [1.0]}}
+    table = category_table(h["by_category"])
+    assert "| answer 3 | 2 | 0.000 [0.000, 0.658] | 0.500 [0.095, 0.905] |" in table
 
 
 def test_ablation_pairs_each_run_with_the_reference_on_the_same_tasks(tmp_path):

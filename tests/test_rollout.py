@@ -110,21 +110,31 @@ def test_evaluate_reports_mean_and_pass_at_k():
 
 def test_evaluate_reports_success_per_right_answer_over_its_own_tasks():
     """Sudoku H*=1 tasks carry their missing digit as a category: a policy that never gets the digit 1 right
-    shows 0 there, and each category's interval is over its own tasks, not all of them."""
+    shows 0 there, one right on half the samples of the digit 2 shows 0.5, and each category's interval is over
+    its own tasks (their mean success over samples), not over all tasks or all episodes."""
     from esopt.envs.metrics import wilson_interval
 
-    env = make_env("sudoku", {"size": 4, "empty_cells": 1, "balanced_answers": True})
+    env = make_env("sudoku", {"size": 4, "empty_cells": 1, "balanced_answers": True, "max_turns": 1})
     tasks = env.tasks("eval", 8, 0)
     solve = _solver(env, tasks)
-    report = evaluate(ScriptedPolicy(lambda obs: "garbage" if solve(obs).endswith(" 1") else solve(obs)), env, tasks,
-                      RolloutConfig(), samples=2)
+    twos = {"n": 0}
+
+    def policy(obs):  # never right on 1; right on one of each task's two samples on 2
+        reply = solve(obs)
+        if reply.endswith(" 2"):
+            twos["n"] += 1
+            return reply if twos["n"] % 2 else "garbage"
+        return "garbage" if reply.endswith(" 1") else reply
+
+    report = evaluate(ScriptedPolicy(policy), env, tasks, RolloutConfig(), samples=2)
     digits = [t.data["solution"][t.data["puzzle"].index(".")] if "." in t.data["puzzle"] else None for t in tasks]
+    expected = {"1": 0.0, "2": 0.5, "3": 1.0, "4": 1.0}
     for d in "1234":
         n = sum(1 for x in digits if x == d)
         rate = report["by_category"][f"answer {d}"]
         assert rate["n"] == n > 0
-        assert rate["success"] == (0.0 if d == "1" else 1.0)
-        assert rate["ci95"] == wilson_interval(0.0 if d == "1" else n, n)
+        assert rate["success"] == expected[d]
+        assert rate["ci95"] == wilson_interval(expected[d] * n, n)  # fractional per-task successes summed, as overall
 
 
 class ScoringPolicy(ScriptedPolicy):

@@ -46,7 +46,8 @@ def write_pg_report(
     train = [r for r in metrics if "train/mean_reward" in r]
     evals = [r for r in metrics if "eval/success" in r]
     plot = plot_reward_curve(
-        run_dir, train, evals, "train/mean_reward", "train: mean episode reward (sampled)", std_key=None
+        run_dir, train, evals, "train/mean_reward", "train: mean episode reward (sampled)", std_key=None,
+        train_axis="training reward",
     )
     o = config.optim
     lines = [

@@ -25,6 +25,7 @@ def plot_reward_curve(
     mean_label: str = "train: mean member fitness",
     std_key: str | None = "train/fitness_std",
     std_label: str = "± 1 std over members",
+    train_axis: str = "training fitness",
 ) -> str | None:
     """reward_curve.png: the training curve (with a ± 1 std band when std_key is given) and held-out
     success; returns the file name, or None without matplotlib."""
@@ -47,12 +48,20 @@ def plot_reward_curve(
                 alpha=0.2,
                 label=std_label,
             )
-    if evals:
-        ax.plot([r["step"] for r in evals], [r["eval/success"] for r in evals], "o-", label="held-out success")
     ax.set_xlabel("updates")
-    ax.set_ylabel("reward / success")
+    ax.set_ylabel(train_axis)
     ax.grid(alpha=0.3)
-    ax.legend()
+    handles, labels = ax.get_legend_handles_labels()
+    if evals:
+        # its own axis: success is a rate in [0, 1], the training fitness need not be (a log fitness is below 0)
+        success_ax = ax.twinx()
+        success_ax.plot([r["step"] for r in evals], [r["eval/success"] for r in evals], "o-", color="tab:orange",
+                        label="held-out success")
+        success_ax.set_ylim(0, 1)
+        success_ax.set_ylabel("held-out success")
+        more_handles, more_labels = success_ax.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+    ax.legend(handles, labels)
     fig.tight_layout()
     name = "reward_curve.png"
     fig.savefig(run_dir / name, dpi=120)
@@ -163,7 +172,26 @@ def eval_section(summary: dict, what: str) -> list[str]:
         for when in ("before", "after"):
             answers = ", ".join(f"`{a or '(none)'}` {c}" for a, c in heldout["answers"][when][:6])
             lines += [f"Answers {when}: {answers}", ""]
+        lines += category_table(heldout.get("by_category", {}))
     return lines
+
+
+def category_table(by_category: dict[str, dict[str, list[float]]]) -> list[str]:
+    """Markdown lines: success before and after on each task category (e.g. the task's right answer), each with its
+    own Wilson interval and n, so an answer the policy never gets right shows even when the overall rate rises."""
+    if not by_category:
+        return []
+
+    def rate(values: list[float]) -> str:
+        low, high = wilson_interval(sum(values), len(values))
+        return f"{sum(values) / len(values):.3f} [{low:.3f}, {high:.3f}]"
+
+    return [
+        "| category | n | success before [95% CI] | after [95% CI] |",
+        "|---|---|---|---|",
+        *[f"| {category} | {len(r['after'])} | {rate(r['before'])} | {rate(r['after'])} |" for category, r in by_category.items()],
+        "",
+    ]
 
 
 def heldout_comparison(run_dir: Path, first: int, last: int, env=None, tasks=None) -> dict | None:
@@ -182,7 +210,15 @@ def heldout_comparison(run_dir: Path, first: int, last: int, env=None, tasks=Non
     def invalid(records: list[dict]) -> list[float]:
         return [float(any(r.get("invalid", []))) for r in records]
 
+    by_category: dict[str, dict[str, list[float]]] = {}
+    for b, a in zip(before, after):
+        category = b.get("final_info", {}).get("category")
+        if category is not None:
+            rates = by_category.setdefault(str(category), {"before": [], "after": []})
+            rates["before"].append(float(b["success"]))
+            rates["after"].append(float(a["success"]))
     return {
+        "by_category": dict(sorted(by_category.items())),
         "gain": paired_difference([float(r["success"]) for r in after], [float(r["success"]) for r in before]),
         "invalid_change": paired_difference(invalid(after), invalid(before)),
         "invalid_episodes": (sum(invalid(before)) / len(before), sum(invalid(after)) / len(after)),
@@ -293,7 +329,8 @@ def write_report(
         summary["heldout"] = heldout_comparison(run_dir, *summary["eval_steps"], env, eval_tasks)
     train = [r for r in metrics if "train/fitness_mean" in r]
     evals = [r for r in metrics if "eval/success" in r]
-    plot = plot_reward_curve(run_dir, train, evals)
+    fitness = "mean member fitness (mean log expected reward)" if config.rollout.log_expected_reward else "mean member fitness"
+    plot = plot_reward_curve(run_dir, train, evals, mean_label=f"train: {fitness}")
     lines = [
         f"# esopt run: {config.env.name} / {config.method}",
         "",
