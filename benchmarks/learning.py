@@ -206,13 +206,15 @@ def markdown(env: str, source: str, results: dict, curves: dict, png: str | None
 def by_category(results: dict) -> list[str]:
     """Greedy success per task category (the env's, e.g. the task's right answer), one column each: a rate
     that rises overall while one answer is never got right shows here."""
+    from esopt.train.report import table_cell
+
     base = results["base"]["greedy"].get("by_category", {})
     if not base:
         return []
     lines = [
         "Greedy success by task category (for Sudoku H*=1 and Countdown's operators grammar, the task's right answer):",
         "",
-        "| model | " + " | ".join(f"{c} (n = {rate['n']})" for c, rate in base.items()) + " |",
+        "| model | " + " | ".join(f"{table_cell(c)} (n = {rate['n']})" for c, rate in base.items()) + " |",
         "|---|" + "---|" * len(base),
     ]
     for label, result in results.items():

@@ -151,24 +151,31 @@ def test_balanced_answers_make_every_digit_the_answer_equally_often():
 def test_heldout_comparison_pairs_success_and_invalid_episodes_task_by_task(tmp_path):
     import json
 
-    from esopt.train.report import category_table, heldout_comparison
+    from esopt.train.report import EVAL_KEYS, eval_section, heldout_comparison
 
     def write(step, rows):
         path = tmp_path / "trajectories" / f"eval_step{step:05d}.jsonl"
         path.parent.mkdir(exist_ok=True)
-        path.write_text("".join(json.dumps({"success": s, "invalid": i, "final_info": {"answer": a, "category": f"answer {c}"}}) + "\n"
-                                for s, i, a, c in rows))
+        records = [{"success": s, "invalid": i, "final_info": {"answer": a, **({"category": c} if c else {})}} for s, i, a, c in rows]
+        records.append({"success": False, "invalid": [False]})  # an episode without final_info: no category
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
-    write(0, [(False, [True], "x", 3), (False, [True], "x", 1), (True, [False], "4", 4), (False, [False, True], "2", 3)])
-    write(5, [(True, [False], "3", 3), (False, [True], "x", 1), (True, [False], "4", 4), (False, [False], "2", 3)])
+    write(0, [(False, [True], "x", "answer 3"), (False, [True], "x", "answer a * b | a / b"), (True, [False], "4", "answer 4"),
+              (False, [False, True], "2", "answer 3"), (False, [False], "1", None)])
+    write(5, [(True, [False], "3", "answer 3"), (False, [True], "x", "answer a * b | a / b"), (True, [False], "4", "answer 4"),
+              (False, [False], "2", "answer 3"), (True, [False], "1", "answer 1")])  # only the after episode named its category
     h = heldout_comparison(tmp_path, 0, 5)
-    assert h["gain"]["diff"] == 0.25 and h["gain"]["n"] == 4
-    assert h["invalid_episodes"] == (0.75, 0.25) and h["invalid_change"]["diff"] == -0.5
+    assert h["gain"]["diff"] == pytest.approx(1 / 3) and h["gain"]["n"] == 6
+    assert h["invalid_episodes"] == (0.5, 1 / 6) and h["invalid_change"]["diff"] == pytest.approx(-1 / 3)
     assert h["answers"]["before"][0] == ("x", 2)
-    assert h["by_category"] == {"answer 1": {"before": [0.0], "after": [0.0]}, "answer 3": {"before": [0.0, 0.0], "after": [1.0, 0.0]},
-                                "answer 4": {"before": [1.0], "after": [1.0]}}
-    table = category_table(h["by_category"])
-    assert "| answer 3 | 2 | 0.000 [0.000, 0.658] | 0.500 [0.095, 0.905] |" in table
+    assert list(h["category_successes"]) == ["answer 1", "answer 3", "answer 4", "answer a * b | a / b"]  # sorted
+    assert h["category_successes"]["answer 3"] == {"before": [0.0, 0.0], "after": [1.0, 0.0]}
+    assert h["category_successes"]["answer 1"] == {"before": [0.0], "after": [1.0]}
+    summary = {"before": dict.fromkeys(EVAL_KEYS, 0.0), "after": dict.fromkeys(EVAL_KEYS, 0.0), "eval_steps": (0, 5), "heldout": h}
+    section = eval_section(summary, "6 val tasks")
+    assert "| answer 3 | 2 | 0.000 [0.000, 0.658] | 0.500 [0.095, 0.905] |" in section
+    bar_row = next(line for line in section if line.startswith("| answer a * b"))
+    assert bar_row.replace("\\|", "").count("|") == 5  # the bar in the category is escaped: still four cells
 
 
 def test_ablation_pairs_each_run_with_the_reference_on_the_same_tasks(tmp_path):
@@ -258,6 +265,8 @@ def test_learning_benchmark_tables_success_by_right_answer():
     lines = by_category({"base": model(0.1, 1.0), "ES seed 0": model(0.0, 0.8)})
     assert lines[2] == "| model | answer a + b (n = 43) | answer a - b (n = 43) |"
     assert lines[4:6] == ["| base | 0.10 | 1.00 |", "| ES seed 0 | 0.00 | 0.80 |"]
+    both = {"greedy": {"by_category": {"answer a * b | a / b": {"success": 1.0, "ci95": (0, 1), "n": 9}}}}
+    assert by_category({"base": both})[2] == "| model | answer a * b \\| a / b (n = 9) |"
     assert by_category({"base": {"greedy": {"success_mean@1": 0.5, "by_category": {}}}}) == []
 
 

@@ -61,7 +61,8 @@ def plot_reward_curve(
         success_ax.set_ylabel("held-out success")
         more_handles, more_labels = success_ax.get_legend_handles_labels()
         handles, labels = handles + more_handles, labels + more_labels
-    ax.legend(handles, labels)
+    if handles:  # on the top axes, so no line is drawn over the legend box
+        (success_ax if evals else ax).legend(handles, labels)
     fig.tight_layout()
     name = "reward_curve.png"
     fig.savefig(run_dir / name, dpi=120)
@@ -172,14 +173,19 @@ def eval_section(summary: dict, what: str) -> list[str]:
         for when in ("before", "after"):
             answers = ", ".join(f"`{a or '(none)'}` {c}" for a, c in heldout["answers"][when][:6])
             lines += [f"Answers {when}: {answers}", ""]
-        lines += category_table(heldout.get("by_category", {}))
+        lines += category_table(heldout.get("category_successes", {}))
     return lines
 
 
-def category_table(by_category: dict[str, dict[str, list[float]]]) -> list[str]:
+def table_cell(text: str) -> str:
+    """`text` safe inside a markdown table cell (a category such as `answer a * b | a / b` holds a bar)."""
+    return text.replace("|", "\\|")
+
+
+def category_table(category_successes: dict[str, dict[str, list[float]]]) -> list[str]:
     """Markdown lines: success before and after on each task category (e.g. the task's right answer), each with its
     own Wilson interval and n, so an answer the policy never gets right shows even when the overall rate rises."""
-    if not by_category:
+    if not category_successes:
         return []
 
     def rate(values: list[float]) -> str:
@@ -187,9 +193,12 @@ def category_table(by_category: dict[str, dict[str, list[float]]]) -> list[str]:
         return f"{sum(values) / len(values):.3f} [{low:.3f}, {high:.3f}]"
 
     return [
+        "Success by task category (the env's, e.g. the task's right answer), before and after on the same tasks:",
+        "",
         "| category | n | success before [95% CI] | after [95% CI] |",
         "|---|---|---|---|",
-        *[f"| {category} | {len(r['after'])} | {rate(r['before'])} | {rate(r['after'])} |" for category, r in by_category.items()],
+        *[f"| {table_cell(category)} | {len(r['after'])} | {rate(r['before'])} | {rate(r['after'])} |"
+          for category, r in category_successes.items()],
         "",
     ]
 
@@ -210,15 +219,16 @@ def heldout_comparison(run_dir: Path, first: int, last: int, env=None, tasks=Non
     def invalid(records: list[dict]) -> list[float]:
         return [float(any(r.get("invalid", []))) for r in records]
 
-    by_category: dict[str, dict[str, list[float]]] = {}
+    # per category, each task's success before and after (evaluate()'s by_category holds one model's rates)
+    category_successes: dict[str, dict[str, list[float]]] = {}
     for b, a in zip(before, after):
-        category = b.get("final_info", {}).get("category")
+        category = b.get("final_info", {}).get("category", a.get("final_info", {}).get("category"))
         if category is not None:
-            rates = by_category.setdefault(str(category), {"before": [], "after": []})
+            rates = category_successes.setdefault(str(category), {"before": [], "after": []})
             rates["before"].append(float(b["success"]))
             rates["after"].append(float(a["success"]))
     return {
-        "by_category": dict(sorted(by_category.items())),
+        "category_successes": dict(sorted(category_successes.items())),
         "gain": paired_difference([float(r["success"]) for r in after], [float(r["success"]) for r in before]),
         "invalid_change": paired_difference(invalid(after), invalid(before)),
         "invalid_episodes": (sum(invalid(before)) / len(before), sum(invalid(after)) / len(after)),
