@@ -151,12 +151,9 @@ def plot(env: str, curves: dict[str, list[dict]], out: Path) -> str | None:
 
 
 def rate(report: dict, key: str) -> str:
-    from esopt.envs.metrics import wilson_interval
+    from esopt.train.report import rate_with_interval
 
-    n = report["tasks"]
-    value = report[key]
-    low, high = wilson_interval(value * n, n)
-    return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+    return rate_with_interval(report[key] * report["tasks"], report["tasks"])
 
 
 def gain(after: dict, before: dict) -> str:

@@ -138,8 +138,7 @@ def eval_section(summary: dict, what: str) -> list[str]:
         value = summary[when][key]
         if key != "success" or "eval_n" not in summary:
             return f"{value:.3f}"
-        low, high = wilson_interval(value * summary["eval_n"], summary["eval_n"])
-        return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+        return rate_with_interval(value * summary["eval_n"], summary["eval_n"])
 
     lines = [
         f"## Held-out evaluation ({what})",
@@ -160,21 +159,26 @@ def eval_section(summary: dict, what: str) -> list[str]:
         ]
         if "invalid_change" in heldout:
             v, (b, a) = heldout["invalid_change"], heldout["invalid_episodes"]
-            (bl, bh), (al, ah) = (wilson_interval(x * v["n"], v["n"]) for x in (b, a))
             lines += [
-                f"Episodes with an invalid action: {b:.3f} [{bl:.3f}, {bh:.3f}] before, {a:.3f} [{al:.3f}, {ah:.3f}] "
+                f"Episodes with an invalid action: {rate_with_interval(b * v['n'], v['n'])} before, "
+                f"{rate_with_interval(a * v['n'], v['n'])} "
                 f"after; paired change {v['diff']:+.3f}, 95% bootstrap interval [{v['low']:+.3f}, {v['high']:+.3f}].",
                 "",
             ]
         if heldout.get("trivial"):
             name, rate = heldout["trivial"]
-            low, high = wilson_interval(rate * d["n"], d["n"])
-            lines += [f"Best trivial policy ({name}): {rate:.3f} [{low:.3f}, {high:.3f}].", ""]
+            lines += [f"Best trivial policy ({name}): {rate_with_interval(rate * d['n'], d['n'])}.", ""]
         for when in ("before", "after"):
             answers = ", ".join(f"`{a or '(none)'}` {c}" for a, c in heldout["answers"][when][:6])
             lines += [f"Answers {when}: {answers}", ""]
         lines += category_table(heldout.get("category_successes", {}))
     return lines
+
+
+def rate_with_interval(successes: float, n: int) -> str:
+    """`rate [low, high]`: a success rate over n tasks with its 95% Wilson interval (fractional successes allowed)."""
+    low, high = wilson_interval(successes, n)
+    return f"{successes / n:.3f} [{low:.3f}, {high:.3f}]"
 
 
 def table_cell(text: str) -> str:
@@ -189,8 +193,7 @@ def category_table(category_successes: dict[str, dict[str, list[float]]]) -> lis
         return []
 
     def rate(values: list[float]) -> str:
-        low, high = wilson_interval(sum(values), len(values))
-        return f"{sum(values) / len(values):.3f} [{low:.3f}, {high:.3f}]"
+        return rate_with_interval(sum(values), len(values))
 
     return [
         "Success by task category (the env's, e.g. the task's right answer), before and after on the same tasks:",
@@ -301,8 +304,7 @@ def forgetting_section(metrics: list[dict], trained_env: str, tasks: int) -> lis
     b, a = before["probe/other_env_success"], after["probe/other_env_success"]
 
     def rate(x: float) -> str:
-        low, high = wilson_interval(x * tasks, tasks)
-        return f"{x:.3f} [{low:.3f}, {high:.3f}]"
+        return rate_with_interval(x * tasks, tasks)
 
     lines += [f"| `{other_env_spec(trained_env)[0]}` success, {tasks} val tasks, greedy [95% CI] | {rate(b)} | {rate(a)} | {a - b:+.3f} |", ""]
     return lines
