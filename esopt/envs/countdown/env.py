@@ -1,18 +1,15 @@
 """Countdown: combine the given numbers with + - * / and parentheses to hit a target.
 
-Tasks come from reasoning-gym's ``countdown`` generator (offline, seeded): its numbers, target
-and one reference solution. The prompt is the env's own (short, plain text). The generator combines
-its numbers left to right, `((a o b) o c) ...`, and then shuffles them; `shuffle_numbers: false`
-keeps that order.
+Tasks come from reasoning-gym's ``countdown`` generator (offline, seeded) or a balanced draw of its own
+(`puzzles.py`): numbers, a target and one reference solution. The prompt is the env's own (short, plain
+text).
 
 The operator task (`answer_grammar: operators`): guided decoding admits only the left-nested
 expression over the numbers in the given order, so with unshuffled numbers one of the 4^(n-1)
 operator choices always hits and choosing it is the whole task (the arithmetic, without the search
-over orders). reasoning-gym's operator frequencies make `a + b - c` solve about a third of such
-puzzles; `balanced_operators` instead draws puzzle i's numbers uniformly until the i-th choice hits
-a target in range, so every choice solves an equal share (with three numbers 1-20 and targets 1-60
-the best constant one, `(a / b) * c`, still solves 0.16 of 128 val puzzles, as `/ 1` and `* 1` and
-the like coincide; uniform guessing 0.10).
+over orders). With `balanced_operators` every choice solves an equal share (with three numbers 1-20 and
+targets 1-60 the best constant one, `(a / b) * c`, still solves 0.16 of 128 val puzzles, as `/ 1` and
+`* 1` and the like coincide; uniform guessing 0.10).
 
 Reward: `format_reward` (0.1) for a well-formed answer, plus `correct_reward` (1.0) when it also
 evaluates exactly to the target (the ES-at-Scale paper's scheme; `scoring.py` says what well formed
@@ -42,18 +39,18 @@ Task data: ``{"numbers": [int], "target": int, "solution": str}``.
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 
 from esopt.confutil import Config, ConfigError, is_int, is_number, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
-from esopt.envs.splits import hash_split, short_hash, stable_int
-from esopt.envs.countdown.operators import LETTERS, OPERATORS, left_nested, left_nested_value
+from esopt.envs.countdown.operators import (
+    LETTERS, OPERATORS, hitting_forms, left_nested, letter_form, operator_slots_regex, value_lines,
+)
+from esopt.envs.countdown.puzzles import PuzzleSource
 from esopt.envs.countdown.scoring import bare_expression, score_expression
 from esopt.envs.tools.actions import ANSWER, INVALID, TOOL, Action, parse_action, truncate
 from esopt.envs.tools.calculator import calculate
 
-_DATASET_SIZE = 200_000
 ANSWER_GRAMMARS = ("free", "operators")
 OBSERVATIONS = ("plain", "first_values", "all_values")
 
@@ -159,7 +156,7 @@ class CountdownEnv(Env):
 
     def __init__(self, config: CountdownConfig | None = None):
         super().__init__(config)
-        self._streams: dict[int, object] = {}
+        self._puzzles = PuzzleSource(self.config)
 
     @property
     def max_turns(self) -> int:
@@ -199,87 +196,11 @@ class CountdownEnv(Env):
             ]
         return "\n".join(lines)
 
-    def _stream(self, seed: int):
-        if seed not in self._streams:
-            import reasoning_gym
-
-            c = self.config
-            if len(self._streams) > 64:
-                self._streams.clear()
-            try:
-                self._streams[seed] = reasoning_gym.create_dataset(
-                    "countdown", seed=seed, size=_DATASET_SIZE,
-                    min_numbers=c.min_numbers, max_numbers=c.max_numbers, min_value=c.min_value,
-                    max_value=c.max_value, min_target=c.min_target, max_target=c.max_target,
-                    shuffle=c.shuffle_numbers,
-                )
-            except (AssertionError, TypeError, ValueError) as e:
-                raise ConfigError(f"countdown: invalid generator settings ({e})") from None
-        return self._streams[seed]
-
     def tasks(self, split: str, n: int, seed: int) -> list[Task]:
         check_split(split)
         if not is_int(n) or n < 0:
             raise ValueError(f"n must be a non-negative integer, got {n!r}")
-        draw = self._balanced_draw(split, seed) if self.config.balanced_operators else self._generator_draw(split, seed)
-        out: list[Task] = []
-        seen: set[str] = set()
-        failures = 0
-        while len(out) < n:
-            puzzle = draw(len(out)) if failures <= 200 * n + 1000 else None
-            if puzzle is None:
-                raise ConfigError(  # the ranges hold too few distinct puzzles: the user's settings, not a bug
-                    f"countdown: could not draw {n} distinct {split} puzzles; widen the number/target ranges"
-                )
-            numbers, target, solution = puzzle
-            key = f"{sorted(numbers)}->{target}"
-            if not numbers or key in seen or hash_split("countdown", key) != split:
-                failures += 1
-                continue
-            seen.add(key)
-            out.append(
-                Task(id=f"countdown-{short_hash(key)}", data={"numbers": numbers, "target": target, "solution": solution})
-            )
-        return out
-
-    def _generator_draw(self, split: str, seed: int):
-        """Puzzles from reasoning-gym's generator, one stream per (split, seed); ([], 0, "") where it found none."""
-        stream = self._stream(stable_int(f"esopt-countdown|{split}|{seed}") % 2**31)
-        position = iter(range(_DATASET_SIZE))
-
-        def draw(index: int):
-            idx = next(position, None)
-            if idx is None:
-                return None
-            try:
-                meta = stream[idx]["metadata"]
-            except ValueError:  # the generator found no expression in range for this index
-                return [], 0, ""
-            return [int(x) for x in meta["numbers"]], int(meta["target"]), str(meta["expression"])
-
-        return draw
-
-    def _balanced_draw(self, split: str, seed: int):
-        """balanced_operators: the index-th puzzle is solved by the (index mod 4^(n-1))-th operator choice,
-        left-nested over its numbers in order; numbers are drawn uniformly until that value is a whole
-        target in range (reasoning-gym's generator makes some choices too rare to balance by filtering)."""
-        import random
-
-        c = self.config
-        rng = random.Random(stable_int(f"esopt-countdown-balanced|{split}|{seed}"))
-
-        def draw(index: int):
-            count = rng.randint(c.min_numbers, c.max_numbers)
-            choices = list(itertools.product(OPERATORS, repeat=count - 1))
-            ops = choices[index % len(choices)]
-            for _ in range(10_000):
-                numbers = [rng.randint(c.min_value, c.max_value) for _ in range(count)]
-                value = left_nested_value(numbers, ops)
-                if value.denominator == 1 and c.min_target <= value <= c.max_target:
-                    return numbers, int(value), left_nested(numbers, ops)
-            return None
-
-        return draw
+        return self._puzzles.tasks(split, n, seed)
 
     def trivial_baseline(self, tasks: list[Task]) -> tuple[str, float] | None:
         """The best arithmetic-free policy on `tasks`: answering the target itself (correct when it is a
@@ -338,18 +259,7 @@ class CountdownEpisode(Episode):
         """Which admitted answers hit the target, as letter forms (`answer a + b`, or `answer a * b | a / b`
         when two coincide): evaluation reports success per such category, which shows an answer the policy
         never gets right even when its overall rate rises."""
-        letters = list(LETTERS[: len(self.numbers)])
-        hits = [left_nested(letters, ops) for ops in itertools.product(OPERATORS, repeat=len(self.numbers) - 1)
-                if left_nested_value(self.numbers, ops) == self.target]
-        return "answer " + (" | ".join(hits) if hits else "(no template)")
-
-    def _form(self, answer: str) -> str:
-        """`answer` with the numbers replaced by a, b, c, ... when it is an operators-grammar reply, else itself."""
-        letters = list(LETTERS[: len(self.numbers)])
-        for ops in itertools.product(OPERATORS, repeat=len(self.numbers) - 1):
-            if answer.strip() == left_nested(self.numbers, ops):
-                return left_nested(letters, ops)
-        return answer
+        return "answer " + (" | ".join(hitting_forms(self.numbers, self.target)) or "(no template)")
 
     def _values(self) -> str:
         """The observation's lines of computed values (none for the plain view)."""
@@ -357,10 +267,7 @@ class CountdownEpisode(Episode):
         if view == "plain":
             return ""
         steps = 1 if view == "first_values" else len(self.numbers) - 1
-        lines = []
-        for ops in itertools.product(OPERATORS, repeat=steps):
-            lines.append(f"{left_nested(self.numbers[: steps + 1], ops)} = {left_nested_value(self.numbers[: steps + 1], ops)}")
-        return "Values:\n" + "\n".join(lines) + "\n"
+        return "Values:\n" + "\n".join(value_lines(self.numbers, steps)) + "\n"
 
     @property
     def observation(self) -> str:
@@ -370,9 +277,7 @@ class CountdownEpisode(Episode):
     def action_regex(self) -> str | None:
         if self.config.answer_grammar != "operators":
             return None
-        # the template's operator slots are the only free choices: escape the rest, then open the slots
-        template = re.escape(left_nested(self.numbers, ["@"] * (len(self.numbers) - 1)))
-        return "answer: " + template.replace("@", "[-+*/]")
+        return "answer: " + operator_slots_regex(self.numbers)
 
     @property
     def tools(self) -> list[str]:
@@ -401,7 +306,7 @@ class CountdownEpisode(Episode):
                 invalid=not s.well_formed,
             )
             if c.answer_grammar == "operators":
-                info["answer_form"] = self._form(act.arg)
+                info["answer_form"] = letter_form(self.numbers, act.arg)
             if s.error:
                 info["error"] = s.error
             if s.correct:
