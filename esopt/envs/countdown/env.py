@@ -38,13 +38,12 @@ Task data: ``{"numbers": [int], "target": int, "solution": str}``.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 from esopt.confutil import Config, ConfigError, is_int, is_number, opt
 from esopt.envs.base import Env, Episode, StepResult, Task, check_split
 from esopt.envs.countdown.operators import (
-    LETTERS, OPERATORS, hitting_forms, left_nested, letter_form, operator_slots_regex, value_lines,
+    LETTERS, hitting_forms, left_nested, letter_form, operator_choices, operator_slots_regex, value_lines,
 )
 from esopt.envs.countdown.puzzles import PuzzleSource
 from esopt.envs.countdown.scoring import bare_expression, score_expression
@@ -217,7 +216,7 @@ class CountdownEnv(Env):
         best = ("answer the target", solved(lambda numbers, target: str(target)))
         longest = max(len(t.data["numbers"]) for t in tasks)
         if longest <= 5:  # 4^(n-1) templates, flat or left-nested
-            for ops in itertools.product(OPERATORS, repeat=longest - 1):
+            for ops in operator_choices(longest):
                 def flat(numbers, target, ops=ops):
                     return " ".join(f"{n} {ops[i]}" for i, n in enumerate(numbers[:-1])) + f" {numbers[-1]}"
 

@@ -11,13 +11,12 @@ the splits are disjoint whatever seed draws them.
 
 from __future__ import annotations
 
-import itertools
 import random
 from typing import Callable
 
 from esopt.confutil import ConfigError
 from esopt.envs.base import Task
-from esopt.envs.countdown.operators import OPERATORS, left_nested, left_nested_value
+from esopt.envs.countdown.operators import left_nested, left_nested_value, operator_choices
 from esopt.envs.splits import hash_split, short_hash, stable_int
 
 DATASET_SIZE = 200_000
@@ -96,7 +95,7 @@ class PuzzleSource:
 
         def draw(index: int):
             count = rng.randint(c.min_numbers, c.max_numbers)
-            choices = list(itertools.product(OPERATORS, repeat=count - 1))
+            choices = list(operator_choices(count))
             ops = choices[index % len(choices)]
             for _ in range(10_000):
                 numbers = [rng.randint(c.min_value, c.max_value) for _ in range(count)]
