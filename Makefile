@@ -37,11 +37,11 @@ test-fast: setup
 bench: setup
 	$(PY) -m benchmarks.bench
 
-# Held-out gains of ES and GRPO over 3 training seeds per env: by default sudoku-h1, whose models are also played
-# whole on sudoku-h3 (H*=3); sized to fit 90 minutes on 2 cores (configs/learn_sudoku_h1.yaml; 73 min measured). LEARN_ENVS=countdown-n2
-# for two-number Countdown (46 min without AMX), LEARN_ENVS=countdown for three numbers (about two hours):
-# neither fits with the default's. QUICK=1: sudoku-h1, one seed, 60 ES steps and GRPO for the same seconds.
-LEARN_ENVS ?= sudoku-h1,sudoku-h3
+# Held-out gains of ES and GRPO over 3 training seeds per env: sudoku-h1, whose models are also played whole on
+# sudoku-h3 (H*=3), and two-number Countdown (countdown-n2); sized to fit 90 minutes on 2 cores (configs/learn_*.yaml;
+# measured times in bench_results/learning.md). LEARN_ENVS=countdown for three-number Countdown (about two hours).
+# QUICK=1: sudoku-h1, one seed, 60 ES steps and GRPO for the same seconds.
+LEARN_ENVS ?= sudoku-h1,sudoku-h3,countdown-n2
 learn: setup
 	$(PY) -m benchmarks.learning $(if $(QUICK),--quick,--envs $(LEARN_ENVS))
 
