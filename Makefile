@@ -38,8 +38,8 @@ bench: setup
 	$(PY) -m benchmarks.bench
 
 # Held-out gains of ES and GRPO over 3 training seeds per env: sudoku-h1, whose models are also played whole on
-# sudoku-h3 (H*=3), and two-number Countdown (countdown-n2); sized to fit 90 minutes on 2 cores (configs/learn_*.yaml;
-# measured times in bench_results/learning.md). LEARN_ENVS=countdown for three-number Countdown (about two hours).
+# sudoku-h3 (H*=3), and two-number Countdown (countdown-n2); 83 min measured on 2 cores of a CPU with AMX, about 95-100
+# estimated without it (bench_results/learning.md, first section). LEARN_ENVS=countdown for three-number Countdown (about two hours).
 # QUICK=1: sudoku-h1, one seed, 60 ES steps and GRPO for the same seconds.
 LEARN_ENVS ?= sudoku-h1,sudoku-h3,countdown-n2
 learn: setup
